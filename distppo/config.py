@@ -1,0 +1,258 @@
+"""One typed, frozen configuration; every field has a docstring that becomes its `--help` line.
+
+Defaults equal CleanRL's `ppo_atari.py` (see shared/reference/hyperparameters.md, section 1).
+`validate()` runs at construction and raises ConfigError with a one-line fix.
+"""
+from __future__ import annotations
+
+import ast
+import dataclasses
+import functools
+import inspect
+from dataclasses import dataclass, field
+from typing import Optional
+
+ALGOS = ("ppo", "ppo_lstm")
+BACKENDS = ("envpool", "gym")
+DEVICES = ("auto", "cpu", "cuda")
+
+
+class ConfigError(ValueError):
+    """A user mistake in the configuration; the message is one line that says how to fix it."""
+
+
+@dataclass(frozen=True)
+class EnvConfig:
+    env_id: str = "BreakoutNoFrameskip-v4"
+    """game id: `Breakout-v5` or `BreakoutNoFrameskip-v4` (either backend maps it), or a gymnasium vector-obs id such as CartPole-v1"""
+    backend: str = "envpool"
+    """vector env implementation: envpool | gym"""
+    num_envs: int = 8
+    """total number of parallel environments (summed over all env runners)"""
+    capture_video: bool = False
+    """record MP4 videos of env 0's full games to <run dir>/videos"""
+
+    def validate(self) -> None:
+        if self.backend not in BACKENDS:
+            raise ConfigError(f"unknown backend {self.backend!r}: use one of {', '.join(BACKENDS)}")
+        _positive(self, "num_envs")
+
+
+@dataclass(frozen=True)
+class PPOConfig:
+    algo: str = "ppo"
+    """ppo (Nature CNN, 4 stacked frames) | ppo_lstm (1 frame, LSTM(512 -> 128))"""
+    total_timesteps: int = 10_000_000
+    """total agent steps summed over envs (one agent step = 4 emulator frames on Atari)"""
+    learning_rate: float = 2.5e-4
+    """Adam learning rate (eps 1e-5)"""
+    num_steps: int = 128
+    """rollout length per env and iteration"""
+    anneal_lr: bool = True
+    """anneal the learning rate linearly towards 0 over the iterations"""
+    gamma: float = 0.99
+    """discount factor"""
+    gae_lambda: float = 0.95
+    """lambda of generalised advantage estimation"""
+    num_minibatches: int = 4
+    """minibatches per epoch (LSTM: whole env sequences, num_envs / num_minibatches envs each)"""
+    update_epochs: int = 4
+    """epochs over the batch per iteration"""
+    norm_adv: bool = True
+    """normalise advantages per minibatch"""
+    clip_coef: float = 0.1
+    """surrogate clipping coefficient (policy and value)"""
+    clip_vloss: bool = True
+    """clip the value loss around the rollout-time value, as CleanRL's torch scripts do"""
+    ent_coef: float = 0.01
+    """entropy bonus coefficient"""
+    vf_coef: float = 0.5
+    """value loss coefficient"""
+    max_grad_norm: float = 0.5
+    """global L2 norm to which gradients are clipped"""
+    target_kl: Optional[float] = None
+    """stop the epochs of an iteration early when approx_kl exceeds this (off by default)"""
+
+    def validate(self) -> None:
+        if self.algo not in ALGOS:
+            raise ConfigError(f"unknown algo {self.algo!r}: use one of {', '.join(ALGOS)}")
+        for name in ("total_timesteps", "learning_rate", "num_steps", "num_minibatches",
+                     "update_epochs", "max_grad_norm"):
+            _positive(self, name)
+        for name in ("clip_coef", "ent_coef", "vf_coef"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"--{_flag(name)} must be >= 0, got {getattr(self, name)}")
+        for name in ("gamma", "gae_lambda"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ConfigError(f"--{_flag(name)} must lie in [0, 1], got {getattr(self, name)}")
+        if self.target_kl is not None and self.target_kl <= 0:
+            raise ConfigError(f"--target-kl must be > 0 when given, got {self.target_kl}")
+
+
+@dataclass(frozen=True)
+class RunnerConfig:
+    num_env_runners: int = 1
+    """env-runner actors on the Ray path; the num_envs envs are split evenly across them"""
+    runner_cpus: float = 1.0
+    """CPUs Ray reserves per env runner (fractions allowed)"""
+    num_threads: int = 1
+    """torch intra-op threads in every process that runs the policy (recorded; decides bit-equality)"""
+
+    def validate(self) -> None:
+        _positive(self, "num_env_runners")
+        _positive(self, "runner_cpus")
+        _positive(self, "num_threads")
+
+
+@dataclass(frozen=True)
+class LearnerConfig:
+    device: str = "auto"
+    """learner device: auto (cuda when available) | cpu | cuda (fails when no GPU is visible)"""
+    num_learners: int = 1
+    """data-parallel learner actors on the Ray path"""
+    learner_gpus: float = 0.0
+    """GPUs Ray reserves per learner (0 on a CPU machine)"""
+    learner_cpus: float = 1.0
+    """CPUs Ray reserves per learner"""
+
+    def validate(self) -> None:
+        if self.device not in DEVICES:
+            raise ConfigError(f"unknown device {self.device!r}: use one of {', '.join(DEVICES)}")
+        _positive(self, "num_learners")
+        _positive(self, "learner_cpus")
+        if self.learner_gpus < 0:
+            raise ConfigError(f"--learner-gpus must be >= 0, got {self.learner_gpus}")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    env: EnvConfig = field(default_factory=EnvConfig)
+    ppo: PPOConfig = field(default_factory=PPOConfig)
+    runner: RunnerConfig = field(default_factory=RunnerConfig)
+    learner: LearnerConfig = field(default_factory=LearnerConfig)
+    exp_name: str = "distppo"
+    """experiment name, part of the run name"""
+    seed: int = 1
+    """base seed; env i of runner r gets a seed derived from (seed, r, i), see seeds.py"""
+    torch_deterministic: bool = True
+    """torch.backends.cudnn.deterministic and deterministic algorithms"""
+    local: bool = False
+    """run everything in this process with no Ray at all (breakpoints work)"""
+    output_dir: str = "runs"
+    """folder that holds one sub-folder per run"""
+    run_name: Optional[str] = None
+    """run folder name (default <env_id>__<exp_name>__<seed>__<unix time>)"""
+    checkpoint_every: int = 100
+    """write a checkpoint every N iterations (and always at the end)"""
+    log_every: int = 1
+    """print a progress line every N iterations"""
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        for part in (self.env, self.ppo, self.runner, self.learner):
+            part.validate()
+        _positive(self, "checkpoint_every")
+        _positive(self, "log_every")
+        p, e = self.ppo, self.env
+        if self.batch_size % p.num_minibatches:
+            raise ConfigError(
+                f"num_envs*num_steps = {self.batch_size} is not divisible by num_minibatches = "
+                f"{p.num_minibatches}: pick sizes whose product is a multiple of it")
+        if p.algo == "ppo_lstm" and e.num_envs % p.num_minibatches:
+            raise ConfigError(
+                f"ppo_lstm minibatches hold whole env sequences: num_envs = {e.num_envs} must be "
+                f"divisible by num_minibatches = {p.num_minibatches}")
+        if e.num_envs % self.runner.num_env_runners:
+            raise ConfigError(
+                f"num_envs = {e.num_envs} cannot be split evenly over num_env_runners = "
+                f"{self.runner.num_env_runners}: make num_envs a multiple of it")
+        if p.total_timesteps < self.batch_size:
+            raise ConfigError(
+                f"total_timesteps = {p.total_timesteps} is less than one iteration "
+                f"(num_envs*num_steps = {self.batch_size}): raise --total-timesteps")
+
+    # Derived sizes, exactly as CleanRL derives them.
+    @property
+    def batch_size(self) -> int:
+        return self.env.num_envs * self.ppo.num_steps
+
+    @property
+    def minibatch_size(self) -> int:
+        return self.batch_size // self.ppo.num_minibatches
+
+    @property
+    def num_iterations(self) -> int:
+        return self.ppo.total_timesteps // self.batch_size
+
+    @property
+    def envs_per_runner(self) -> int:
+        return self.env.num_envs // self.runner.num_env_runners
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @staticmethod
+    def from_dict(d: dict) -> "TrainConfig":
+        parts = {"env": EnvConfig, "ppo": PPOConfig, "runner": RunnerConfig, "learner": LearnerConfig}
+        kw = {k: (parts[k](**v) if k in parts else v) for k, v in d.items()}
+        return TrainConfig(**kw)
+
+    def replace(self, **flat) -> "TrainConfig":
+        """A copy with flat field names (as on the command line) replaced, validated."""
+        nested: dict = {}
+        top = {}
+        for key, value in flat.items():
+            owner = FLAT_FIELDS.get(key)
+            if owner is None:
+                raise ConfigError(f"unknown setting {key!r}")
+            if owner == "":
+                top[key] = value
+            else:
+                nested.setdefault(owner, {})[key] = value
+        for owner, kw in nested.items():
+            top[owner] = dataclasses.replace(getattr(self, owner), **kw)
+        return dataclasses.replace(self, **top)
+
+
+SECTIONS = {"env": EnvConfig, "ppo": PPOConfig, "runner": RunnerConfig, "learner": LearnerConfig}
+
+
+def _leaf_fields():
+    """{flat field name: section name ('' for TrainConfig's own)}; flat names are unique."""
+    out = {}
+    for section, cls in SECTIONS.items():
+        for f in dataclasses.fields(cls):
+            out[f.name] = section
+    for f in dataclasses.fields(TrainConfig):
+        if f.name not in SECTIONS:
+            out[f.name] = ""
+    return out
+
+
+FLAT_FIELDS = _leaf_fields()
+
+
+@functools.lru_cache(maxsize=None)
+def field_docs(cls) -> dict:
+    """The docstring under each dataclass field (as tyro reads them), from the class source."""
+    tree = ast.parse(inspect.getsource(cls))
+    body = tree.body[0].body
+    docs = {}
+    for stmt, nxt in zip(body, body[1:]):
+        if (isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name)
+                and isinstance(nxt, ast.Expr) and isinstance(nxt.value, ast.Constant)
+                and isinstance(nxt.value.value, str)):
+            docs[stmt.target.id] = nxt.value.value.strip()
+    return docs
+
+
+def _flag(name: str) -> str:
+    return name.replace("_", "-")
+
+
+def _positive(obj, name: str) -> None:
+    value = getattr(obj, name)
+    if not value > 0:
+        raise ConfigError(f"--{_flag(name)} must be > 0, got {value}")

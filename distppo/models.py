@@ -1,0 +1,153 @@
+"""Agent (Nature CNN or MLP trunk + linear heads) and LSTMAgent, initialised as CleanRL does.
+
+Image observations arrive as uint8 [B, C, 84, 84] and become float on the model's device, once,
+inside the forward pass (hyperparameters.md section 3). Vector observations (classic control)
+go through a small tanh MLP instead, so the same trainer runs CartPole.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+import torch.nn as nn
+from torch.distributions.categorical import Categorical
+
+
+def layer_init(layer: nn.Module, std: float = np.sqrt(2), bias_const: float = 0.0) -> nn.Module:
+    torch.nn.init.orthogonal_(layer.weight, std)
+    torch.nn.init.constant_(layer.bias, bias_const)
+    return layer
+
+
+def make_trunk(obs_shape: tuple) -> tuple[nn.Module, int]:
+    """Nature CNN for (C, 84, 84) images, a 64-64 tanh MLP for 1-D vectors; returns (net, width)."""
+    if len(obs_shape) == 3:
+        net = nn.Sequential(
+            layer_init(nn.Conv2d(obs_shape[0], 32, 8, stride=4)),
+            nn.ReLU(),
+            layer_init(nn.Conv2d(32, 64, 4, stride=2)),
+            nn.ReLU(),
+            layer_init(nn.Conv2d(64, 64, 3, stride=1)),
+            nn.ReLU(),
+            nn.Flatten(),  # [B, 64, 7, 7] -> [B, 3136]
+            layer_init(nn.Linear(64 * 7 * 7, 512)),
+            nn.ReLU(),
+        )
+        return net, 512
+    if len(obs_shape) == 1:
+        net = nn.Sequential(
+            layer_init(nn.Linear(obs_shape[0], 64)),
+            nn.Tanh(),
+            layer_init(nn.Linear(64, 64)),
+            nn.Tanh(),
+        )
+        return net, 64
+    raise ValueError(f"unsupported observation shape {obs_shape}")
+
+
+def preprocess(x: torch.Tensor) -> torch.Tensor:
+    """uint8 pixels -> float in [0, 1]; float vectors pass through unchanged."""
+    if x.dtype == torch.uint8:
+        return x.float() / 255.0
+    return x.float()
+
+
+def sample(probs: Categorical, generator: torch.Generator | None) -> torch.Tensor:
+    """Categorical.sample() with an explicit generator: each sampler owns its random stream,
+    so one process (local mode) and one process per runner (Ray) draw the same actions."""
+    return torch.multinomial(probs.probs, 1, True, generator=generator).squeeze(-1)
+
+
+class Agent(nn.Module):
+    def __init__(self, obs_shape: tuple, num_actions: int):
+        super().__init__()
+        self.network, width = make_trunk(obs_shape)
+        self.actor = layer_init(nn.Linear(width, num_actions), std=0.01)
+        self.critic = layer_init(nn.Linear(width, 1), std=1)
+
+    def get_value(self, x: torch.Tensor) -> torch.Tensor:
+        return self.critic(self.network(preprocess(x)))
+
+    def get_action_and_value(self, x: torch.Tensor, action: torch.Tensor | None = None,
+                             generator: torch.Generator | None = None):
+        hidden = self.network(preprocess(x))
+        logits = self.actor(hidden)
+        probs = Categorical(logits=logits)
+        if action is None:
+            action = sample(probs, generator)
+        return action, probs.log_prob(action), probs.entropy(), self.critic(hidden)
+
+
+class LSTMAgent(nn.Module):
+    """CleanRL's ppo_atari_lstm network: trunk -> LSTM(width -> 128) -> heads."""
+
+    hidden_size = 128
+
+    def __init__(self, obs_shape: tuple, num_actions: int):
+        super().__init__()
+        self.network, width = make_trunk(obs_shape)
+        self.lstm = nn.LSTM(width, self.hidden_size)
+        for name, param in self.lstm.named_parameters():
+            if "bias" in name:
+                nn.init.constant_(param, 0)
+            elif "weight" in name:
+                nn.init.orthogonal_(param, 1.0)
+        self.actor = layer_init(nn.Linear(self.hidden_size, num_actions), std=0.01)
+        self.critic = layer_init(nn.Linear(self.hidden_size, 1), std=1)
+
+    def initial_state(self, num_envs: int, device="cpu") -> tuple[torch.Tensor, torch.Tensor]:
+        zeros = torch.zeros(self.lstm.num_layers, num_envs, self.hidden_size, device=device)
+        return zeros, zeros.clone()
+
+    def get_states(self, x, lstm_state, done):
+        """Run the LSTM over a time-major sequence, zeroing each env's state where done is set.
+
+        x: [T*N, ...] time-major, done: [T*N] (the flag that arrived with that observation),
+        lstm_state: ([1, N, H], [1, N, H]). Returns ([T*N, H], final state).
+
+        Fast path: the sequence is cut only at time steps where some env is done; each stretch
+        in between is one nn.LSTM call. Equal (outputs and gradients) to stepping one time step
+        at a time, which `get_states_stepwise` keeps as the reference.
+        """
+        hidden = self.network(preprocess(x))
+        n = lstm_state[0].shape[1]
+        hidden = hidden.reshape((-1, n, self.lstm.input_size))  # [T*N, W] -> [T, N, W]
+        done = done.reshape((-1, n))  # [T*N] -> [T, N]
+        cut = torch.nonzero(done[1:].any(dim=1)).flatten() + 1
+        bounds = [0] + cut.tolist() + [hidden.shape[0]]
+        h, c = lstm_state
+        outputs = []
+        for start, end in zip(bounds[:-1], bounds[1:]):
+            keep = (1.0 - done[start].float()).view(1, -1, 1)  # [N] -> [1, N, 1]
+            out, (h, c) = self.lstm(hidden[start:end], (keep * h, keep * c))
+            outputs.append(out)
+        new_hidden = torch.flatten(torch.cat(outputs), 0, 1)  # [T, N, H] -> [T*N, H]
+        return new_hidden, (h, c)
+
+    def get_states_stepwise(self, x, lstm_state, done):
+        """Reference: CleanRL's one-LSTM-call-per-step loop (slow; used by tests)."""
+        hidden = self.network(preprocess(x))
+        n = lstm_state[0].shape[1]
+        hidden = hidden.reshape((-1, n, self.lstm.input_size))  # [T*N, W] -> [T, N, W]
+        done = done.reshape((-1, n))  # [T*N] -> [T, N]
+        outputs = []
+        for h_t, d in zip(hidden, done):
+            keep = (1.0 - d.float()).view(1, -1, 1)
+            h_t, lstm_state = self.lstm(h_t.unsqueeze(0), (keep * lstm_state[0], keep * lstm_state[1]))
+            outputs += [h_t]
+        return torch.flatten(torch.cat(outputs), 0, 1), lstm_state
+
+    def get_value(self, x, lstm_state, done):
+        hidden, _ = self.get_states(x, lstm_state, done)
+        return self.critic(hidden)
+
+    def get_action_and_value(self, x, lstm_state, done, action=None, generator=None):
+        hidden, lstm_state = self.get_states(x, lstm_state, done)
+        logits = self.actor(hidden)
+        probs = Categorical(logits=logits)
+        if action is None:
+            action = sample(probs, generator)
+        return action, probs.log_prob(action), probs.entropy(), self.critic(hidden), lstm_state
+
+
+def make_agent(algo: str, obs_shape: tuple, num_actions: int) -> nn.Module:
+    return LSTMAgent(obs_shape, num_actions) if algo == "ppo_lstm" else Agent(obs_shape, num_actions)

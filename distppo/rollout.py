@@ -1,0 +1,87 @@
+"""RolloutBatch: what an env runner hands a learner for one iteration.
+
+Arrays are numpy, time-major [T, N, ...]; observations keep the env's dtype (uint8 on Atari),
+so no float copy ever crosses a process boundary.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+@dataclass
+class RolloutBatch:
+    obs: np.ndarray          # [T, N, *obs_shape], uint8 (Atari) or float32 (vector obs)
+    actions: np.ndarray      # [T, N] int64
+    logprobs: np.ndarray     # [T, N] float32
+    values: np.ndarray       # [T, N] float32
+    rewards: np.ndarray      # [T, N] float32, training reward (clipped on Atari)
+    dones: np.ndarray        # [T, N] bool, flag that arrived with obs[t]
+    next_value: np.ndarray   # [N] float32, bootstrap value of the observation after step T-1
+    next_done: np.ndarray    # [N] bool
+    lstm_state: tuple | None = None  # (h, c), each [1, N, H] float32: state at rollout start
+    episode_returns: list = field(default_factory=list)  # raw full-game returns finished here
+    episode_lengths: list = field(default_factory=list)  # agent steps of those games
+    t_env_s: float = 0.0     # seconds spent stepping envs
+    t_infer_s: float = 0.0   # seconds spent in policy forward passes
+    weights_version: int = -1  # version of the weights that sampled this batch
+    runner_index: int = 0
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    @property
+    def num_steps(self) -> int:
+        return self.obs.shape[0]
+
+    @property
+    def num_envs(self) -> int:
+        return self.obs.shape[1]
+
+    def validate(self) -> None:
+        t, n = self.obs.shape[:2]
+        for name in ("actions", "logprobs", "values", "rewards", "dones"):
+            shape = getattr(self, name).shape
+            if shape != (t, n):
+                raise ValueError(f"RolloutBatch.{name} has shape {shape}, expected {(t, n)}")
+        for name in ("next_value", "next_done"):
+            if getattr(self, name).shape != (n,):
+                raise ValueError(f"RolloutBatch.{name} has shape {getattr(self, name).shape}")
+        if self.lstm_state is not None and self.lstm_state[0].shape[1] != n:
+            raise ValueError("RolloutBatch.lstm_state does not match the number of envs")
+
+    @staticmethod
+    def concat(batches: list["RolloutBatch"]) -> "RolloutBatch":
+        """Join runners' batches along the env axis, in the given (runner) order."""
+        if len(batches) == 1:
+            return batches[0]
+
+        def cat(name, axis):
+            return np.concatenate([getattr(b, name) for b in batches], axis=axis)
+
+        lstm = None
+        if batches[0].lstm_state is not None:
+            lstm = tuple(np.concatenate([b.lstm_state[i] for b in batches], axis=1) for i in (0, 1))
+        return RolloutBatch(
+            obs=cat("obs", 1), actions=cat("actions", 1), logprobs=cat("logprobs", 1),
+            values=cat("values", 1), rewards=cat("rewards", 1), dones=cat("dones", 1),
+            next_value=cat("next_value", 0), next_done=cat("next_done", 0), lstm_state=lstm,
+            episode_returns=[r for b in batches for r in b.episode_returns],
+            episode_lengths=[n for b in batches for n in b.episode_lengths],
+            t_env_s=max(b.t_env_s for b in batches), t_infer_s=max(b.t_infer_s for b in batches),
+            weights_version=min(b.weights_version for b in batches),
+        )
+
+    def env_slice(self, start: int, stop: int) -> "RolloutBatch":
+        """The sub-batch of envs [start, stop): how data-parallel learners split the work."""
+        lstm = None
+        if self.lstm_state is not None:
+            lstm = tuple(s[:, start:stop] for s in self.lstm_state)
+        return RolloutBatch(
+            obs=self.obs[:, start:stop], actions=self.actions[:, start:stop],
+            logprobs=self.logprobs[:, start:stop], values=self.values[:, start:stop],
+            rewards=self.rewards[:, start:stop], dones=self.dones[:, start:stop],
+            next_value=self.next_value[start:stop], next_done=self.next_done[start:stop],
+            lstm_state=lstm, weights_version=self.weights_version, runner_index=self.runner_index,
+        )

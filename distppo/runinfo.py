@@ -1,0 +1,70 @@
+"""What every run records about itself: config, git commit, library versions (DESIGN 4.10)."""
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import os
+import platform
+import subprocess
+import time
+
+from .config import TrainConfig
+
+LIBRARIES = ("torch", "ray", "ale-py", "envpool", "gymnasium", "numpy", "pyarrow")
+
+
+class UserError(Exception):
+    """A mistake the user can fix (bad path, bad checkpoint); reported as one line, exit 2."""
+
+
+def versions() -> dict:
+    out = {"python": platform.python_version()}
+    for name in LIBRARIES:
+        try:
+            out[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            out[name] = None
+    return out
+
+
+def git_commit() -> str | None:
+    """The commit of the distppo source tree, when it is a git checkout."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True,
+                             text=True, timeout=5)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.strip() if out.returncode == 0 else None
+
+
+def default_run_name(cfg: TrainConfig) -> str:
+    """CleanRL's run name: <env_id>__<exp_name>__<seed>__<unix time>."""
+    return f"{cfg.env.env_id}__{cfg.exp_name}__{cfg.seed}__{int(time.time())}"
+
+
+def write_config_json(path: str, cfg: TrainConfig, run_id: str) -> None:
+    record = {
+        "run_id": run_id,
+        "config": cfg.to_dict(),
+        "git_commit": git_commit(),
+        "versions": versions(),
+        "hostname": platform.node(),
+        "created_unix": time.time(),
+    }
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(record, f, indent=2)
+    os.replace(tmp, path)
+
+
+def read_config_json(run_dir: str) -> tuple[TrainConfig, str]:
+    path = os.path.join(run_dir, "config.json")
+    if not os.path.isfile(path):
+        raise UserError(f"{run_dir} holds no config.json: pass the folder of an existing run")
+    try:
+        with open(path) as f:
+            record = json.load(f)
+        return TrainConfig.from_dict(record["config"]), record["run_id"]
+    except (ValueError, KeyError, TypeError) as exc:
+        raise UserError(f"{path} is not a valid distppo config ({exc.__class__.__name__})") from None

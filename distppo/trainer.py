@@ -1,0 +1,209 @@
+"""The iteration loop, one for both backends.
+
+LocalBackend holds the plain objects (Samplers, PPOLearner) in this process, with no Ray:
+breakpoints work anywhere. RayBackend (ray_backend.py) holds the same objects inside actors.
+With the same seed and config, both produce the same numbers.
+"""
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from typing import Optional, Protocol
+
+import torch
+
+from .checkpoint import latest_checkpoint, load_checkpoint, rng_state, save_checkpoint, set_rng_state
+from .config import TrainConfig
+from .envs.games import resolve_env_id
+from .metrics import EpisodeTracker, ParquetSink, PhaseTimer, TensorBoardWriter
+from .progress import Progress
+from .rollout import RolloutBatch
+from .runinfo import UserError, default_run_name, read_config_json, write_config_json
+from .sampler import make_sampler
+from .seeds import seed_everything
+from .update import PPOLearner
+
+
+class Backend(Protocol):
+    """Where samplers and learners live; the loop below is the same for every backend."""
+    num_env_runners: int
+    num_learners: int
+    runner_restarts: int
+
+    def broadcast_weights(self, version: int) -> None: ...
+    def sample(self, version: int) -> list[RolloutBatch]: ...
+    def learn(self, batch: RolloutBatch, iteration: int) -> dict: ...
+    def learner_state(self) -> dict: ...
+    def load_learner_state(self, state: dict) -> None: ...
+    def close(self) -> None: ...
+
+
+class LocalBackend:
+    """Everything in this process: runner r's Sampler is built exactly as EnvRunner r builds it."""
+
+    def __init__(self, cfg: TrainConfig, video_dir: Optional[str] = None):
+        self.samplers = [make_sampler(cfg, r, video_dir) for r in range(cfg.runner.num_env_runners)]
+        env = self.samplers[0].env
+        self.learner = PPOLearner(cfg, tuple(env.obs_shape), env.num_actions, cfg.seed)
+        self.num_env_runners = len(self.samplers)
+        self.num_learners = 1
+        self.runner_restarts = 0
+        self.timings = {"t_transfer_s": 0.0, "t_wait_s": 0.0}
+
+    def broadcast_weights(self, version: int) -> None:
+        weights = self.learner.get_weights()
+        for sampler in self.samplers:
+            sampler.set_weights(weights, version)
+
+    def sample(self, version: int) -> list[RolloutBatch]:
+        return [s.collect() for s in self.samplers]
+
+    def learn(self, batch: RolloutBatch, iteration: int) -> dict:
+        return self.learner.update(batch, iteration)
+
+    def learner_state(self) -> dict:
+        return self.learner.state_dict()
+
+    def load_learner_state(self, state: dict) -> None:
+        self.learner.load_state_dict(state)
+
+    def close(self) -> None:
+        for s in self.samplers:
+            s.close()
+
+
+@dataclass
+class RunPaths:
+    run_dir: str
+    run_id: str
+
+    @property
+    def parquet(self) -> str:
+        return os.path.join(self.run_dir, "metrics.parquet")
+
+    @property
+    def config_json(self) -> str:
+        return os.path.join(self.run_dir, "config.json")
+
+    @property
+    def videos(self) -> str:
+        return os.path.join(self.run_dir, "videos")
+
+
+def prepare_run(cfg: TrainConfig, resume: Optional[str] = None) -> tuple[TrainConfig, RunPaths, Optional[dict]]:
+    """Check everything a user can get wrong before anything is written.
+
+    New run: the folder must not exist (never write over a run). Resume: the folder must hold
+    a config.json and a readable checkpoint; its stored config wins.
+    """
+    if resume:
+        if not os.path.isdir(resume):
+            raise UserError(f"--resume {resume}: no such run folder")
+        cfg, run_id = read_config_json(resume)
+        state = load_checkpoint(latest_checkpoint(resume))
+        return cfg, RunPaths(os.path.abspath(resume), run_id), state
+    resolve_env_id(cfg.env.env_id, cfg.env.backend)  # unknown ids fail here, before any folder exists
+    if cfg.learner.device == "cuda" and not torch.cuda.is_available():
+        raise UserError("--cuda was given but no CUDA device is visible: drop --cuda or use --device cpu")
+    name = cfg.run_name or default_run_name(cfg)
+    run_dir = os.path.abspath(os.path.join(cfg.output_dir, name))
+    if os.path.exists(run_dir):
+        raise UserError(f"run folder {run_dir} already exists: pick another --run-name or --resume it")
+    return cfg, RunPaths(run_dir, name), None
+
+
+def train(cfg: TrainConfig, backend_factory, resume: Optional[str] = None, progress: bool = True,
+          fail_at_iteration: Optional[int] = None) -> RunPaths:
+    """Run (or resume) one training run; returns where its files are.
+
+    backend_factory(cfg, video_dir) -> Backend. `fail_at_iteration` raises once at that
+    iteration (after its checkpoint check), for fault-injection tests of the sweep driver.
+    """
+    cfg, paths, state = prepare_run(cfg, resume)
+    os.makedirs(paths.run_dir, exist_ok=True)
+    if state is None:
+        write_config_json(paths.config_json, cfg, paths.run_id)
+    seed_everything(cfg.seed)
+    torch.set_num_threads(cfg.runner.num_threads)
+    torch.backends.cudnn.deterministic = cfg.torch_deterministic
+
+    backend = backend_factory(cfg, paths.videos if cfg.env.capture_video else None)
+    sink = ParquetSink(paths.parquet)
+    tracker = EpisodeTracker()
+    start_iteration, global_step, elapsed_before = 0, 0, 0.0
+    if state is not None:
+        backend.load_learner_state(state["learner"])
+        set_rng_state(state["rng"])
+        start_iteration, global_step = state["iteration"], state["global_step"]
+        elapsed_before = state["wall_clock_s"]
+        tracker.load_state_dict(state["episodes"])
+        sink.truncate_after(start_iteration)
+    tb = TensorBoardWriter(paths.run_dir, purge_step=global_step if state else None)
+    if state is None:
+        tb.add_hparams_text(cfg.to_dict())
+    bar = Progress(cfg.ppo.total_timesteps) if progress else None
+    timer = PhaseTimer()
+    start_time = time.time() - elapsed_before  # CleanRL starts its SPS timer before the first reset
+    try:
+        for iteration in range(start_iteration + 1, cfg.num_iterations + 1):
+            timer.reset()
+            with timer.phase("iteration"):
+                with timer.phase("transfer"):
+                    backend.broadcast_weights(iteration - 1)
+                batches = backend.sample(iteration - 1)
+                stale = [b.runner_index for b in batches if b.weights_version != iteration - 1]
+                if stale:
+                    raise RuntimeError(f"runners {stale} sampled with stale weights at iteration {iteration}")
+                batch = RolloutBatch.concat(batches)
+                global_step += batch.num_steps * batch.num_envs
+                with timer.phase("learn"):
+                    stats = backend.learn(batch, iteration)
+                episode_columns = tracker.add(batch.episode_returns, batch.episode_lengths)
+                wall = time.time() - start_time
+                if fail_at_iteration == iteration:
+                    raise RuntimeError(f"injected failure at iteration {iteration}")
+                if iteration % cfg.checkpoint_every == 0 or iteration == cfg.num_iterations:
+                    with timer.phase("checkpoint"):
+                        save_checkpoint(paths.run_dir, iteration, {
+                            "learner": backend.learner_state(), "iteration": iteration,
+                            "global_step": global_step, "wall_clock_s": wall, "rng": rng_state(),
+                            "episodes": tracker.state_dict(),
+                        })
+            row = iteration_row(cfg, paths.run_id, backend, batches, stats, timer, iteration,
+                                global_step, wall)
+            row.update(episode_columns)
+            sink.write(row)
+            tb.write(row, list(zip(batch.episode_returns, batch.episode_lengths)))
+            if bar is not None and (iteration % cfg.log_every == 0 or iteration == cfg.num_iterations):
+                bar.update(global_step, row["sps"], tracker.last100_mean())
+    finally:
+        if bar is not None:
+            bar.close()
+        tb.close()
+        backend.close()
+    return paths
+
+
+def iteration_row(cfg, run_id, backend, batches, stats, timer, iteration, global_step, wall) -> dict:
+    """One Parquet row (schema in metrics.py); the episode columns come from EpisodeTracker."""
+    env_s = [b.t_env_s for b in batches]
+    infer_s = [b.t_infer_s for b in batches]
+    timer.add("env", max(env_s))
+    timer.add("infer", max(infer_s))
+    timer.add("wait", backend.timings.get("t_wait_s", 0.0))
+    timer.add("transfer", backend.timings.get("t_transfer_s", 0.0))
+    return {
+        "run_id": run_id, "env_id": cfg.env.env_id, "algo": cfg.ppo.algo,
+        "backend": cfg.env.backend, "seed": cfg.seed, "iteration": iteration,
+        "global_step": global_step, "wall_clock_s": wall, "sps": global_step / max(wall, 1e-9),
+        **{k: float(stats[k]) for k in ("learning_rate", "policy_loss", "value_loss", "entropy",
+                                        "old_approx_kl", "approx_kl", "clipfrac", "explained_variance")},
+        **timer.as_columns(),
+        "num_env_runners": backend.num_env_runners, "num_learners": backend.num_learners,
+        "policy_lag": 0, "runner_restarts": backend.runner_restarts,
+        "runner_env_s_mean": sum(env_s) / len(env_s), "runner_env_s_max": max(env_s),
+        "runner_infer_s_mean": sum(infer_s) / len(infer_s), "runner_infer_s_max": max(infer_s),
+    }
+
+

@@ -1,0 +1,132 @@
+"""The PPO update (CleanRL's optimisation loop) and PPOLearner, the plain object that owns it.
+
+`update()` reads top to bottom like ppo_atari.py / ppo_atari_lstm.py. `grad_sync`, when given,
+is called between backward() and clipping: data-parallel learners average gradients there,
+exactly where ppo_atari_multigpu.py does its all-reduce.
+"""
+from __future__ import annotations
+
+from typing import Callable, Optional
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.optim as optim
+
+from .config import TrainConfig
+from .models import LSTMAgent, make_agent
+from .ppo import (annealed_lr, compute_gae, env_minibatches, explained_variance,
+                  flat_minibatches, ppo_loss)
+from .rollout import RolloutBatch
+
+
+def update(agent: nn.Module, optimizer: optim.Optimizer, batch: RolloutBatch, cfg: TrainConfig,
+           iteration: int, rng: np.random.Generator, device: torch.device,
+           grad_sync: Optional[Callable[[nn.Module], None]] = None) -> dict:
+    p = cfg.ppo
+    lrnow = annealed_lr(p.learning_rate, iteration, cfg.num_iterations) if p.anneal_lr else p.learning_rate
+    optimizer.param_groups[0]["lr"] = lrnow
+
+    def t(a):
+        return torch.as_tensor(a, device=device)
+
+    obs, actions, logprobs = t(batch.obs), t(batch.actions), t(batch.logprobs)
+    values, rewards, dones = t(batch.values), t(batch.rewards), t(batch.dones)
+    with torch.no_grad():
+        advantages, returns = compute_gae(rewards, values, dones, t(batch.next_value),
+                                          t(batch.next_done), p.gamma, p.gae_lambda)
+
+    num_steps, num_envs = batch.num_steps, batch.num_envs
+    obs_shape = batch.obs.shape[2:]
+    # flatten the batch: [T, N, ...] -> [T*N, ...]
+    b_obs = obs.reshape((-1,) + obs_shape)
+    b_logprobs = logprobs.reshape(-1)
+    b_actions = actions.reshape(-1)
+    b_dones = dones.reshape(-1).float()
+    b_advantages = advantages.reshape(-1)
+    b_returns = returns.reshape(-1)
+    b_values = values.reshape(-1)
+
+    is_lstm = isinstance(agent, LSTMAgent)
+    if is_lstm:
+        initial_lstm_state = (t(batch.lstm_state[0]), t(batch.lstm_state[1]))  # [1, N, H] each
+
+    stats: dict = {}
+    clipfracs = []
+    for epoch in range(p.update_epochs):
+        if is_lstm:
+            plans = env_minibatches(num_envs, num_steps, p.num_minibatches, rng)
+        else:
+            plans = [(None, mb) for mb in flat_minibatches(num_envs * num_steps, p.num_minibatches, rng)]
+        for mbenvinds, mb_inds in plans:
+            mb_inds = torch.as_tensor(mb_inds, device=device)
+            if is_lstm:
+                mbenvinds = torch.as_tensor(mbenvinds, device=device)
+                _, newlogprob, entropy, newvalue, _ = agent.get_action_and_value(
+                    b_obs[mb_inds],
+                    (initial_lstm_state[0][:, mbenvinds], initial_lstm_state[1][:, mbenvinds]),
+                    b_dones[mb_inds],
+                    b_actions[mb_inds],
+                )
+            else:
+                _, newlogprob, entropy, newvalue = agent.get_action_and_value(b_obs[mb_inds], b_actions[mb_inds])
+            loss, stats = ppo_loss(
+                newlogprob, entropy, newvalue, b_logprobs[mb_inds], b_advantages[mb_inds],
+                b_returns[mb_inds], b_values[mb_inds], clip_coef=p.clip_coef, ent_coef=p.ent_coef,
+                vf_coef=p.vf_coef, norm_adv=p.norm_adv, clip_vloss=p.clip_vloss)
+            clipfracs.append(stats["clipfrac"])
+
+            optimizer.zero_grad()
+            loss.backward()
+            if grad_sync is not None:
+                grad_sync(agent)
+            nn.utils.clip_grad_norm_(agent.parameters(), p.max_grad_norm)
+            optimizer.step()
+
+        if p.target_kl is not None and stats["approx_kl"] > p.target_kl:
+            break
+
+    y_pred, y_true = b_values.cpu().numpy(), b_returns.cpu().numpy()
+    stats["explained_variance"] = explained_variance(y_pred, y_true)
+    stats["clipfrac"] = float(np.mean(clipfracs))  # CleanRL logs the mean over all minibatches
+    stats["learning_rate"] = lrnow
+    return stats
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+class PPOLearner:
+    """Owns the agent, the optimizer and the minibatch RNG; plain Python, no Ray."""
+
+    def __init__(self, cfg: TrainConfig, obs_shape: tuple, num_actions: int, seed: int):
+        self.cfg = cfg
+        self.device = resolve_device(cfg.learner.device)
+        torch.manual_seed(seed)  # same seed on every learner: identical initial weights
+        self.agent = make_agent(cfg.ppo.algo, obs_shape, num_actions).to(self.device)
+        self.optimizer = optim.Adam(self.agent.parameters(), lr=cfg.ppo.learning_rate, eps=1e-5)
+        self.rng = np.random.default_rng(seed)
+        self.grad_sync: Optional[Callable[[nn.Module], None]] = None
+
+    def update(self, batch: RolloutBatch, iteration: int) -> dict:
+        return update(self.agent, self.optimizer, batch, self.cfg, iteration, self.rng,
+                      self.device, self.grad_sync)
+
+    def get_weights(self) -> dict:
+        """CPU copies of the parameters, for the env runners' policy copies."""
+        return {k: v.detach().cpu().clone() for k, v in self.agent.state_dict().items()}
+
+    def state_dict(self) -> dict:
+        return {
+            "model": self.agent.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "learner_rng": self.rng.bit_generator.state,
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        self.agent.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.rng.bit_generator.state = state["learner_rng"]

@@ -1,0 +1,285 @@
+"""metrics.py and progress.py against real files: Parquet and TensorBoard event files read back."""
+from __future__ import annotations
+
+import io
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow.parquet as pq
+import pytest
+import torch
+
+from distppo import metrics
+from distppo.metrics import (COLUMN_NAMES, ITERATION_SCHEMA, LOSS_COLUMNS, EpisodeTracker,
+                             ParquetSink, PhaseTimer, TensorBoardWriter, schema_markdown,
+                             validate_row)
+from distppo.progress import Progress, format_eta
+
+ROOT = Path(__file__).resolve().parents[1]
+
+EXPECTED_COLUMNS = (
+    "run_id env_id algo backend seed iteration global_step wall_clock_s sps "
+    "episodic_return_mean episodic_length_mean episodes episodic_return_last100 learning_rate "
+    "policy_loss value_loss entropy old_approx_kl approx_kl clipfrac explained_variance "
+    "t_env_s t_infer_s t_learn_s t_transfer_s t_wait_s t_checkpoint_s t_iteration_s "
+    "num_env_runners num_learners policy_lag runner_restarts runner_env_s_mean runner_env_s_max "
+    "runner_infer_s_mean runner_infer_s_max").split()
+
+
+def make_row(iteration: int, run_id: str = "Breakout__t__1__0", **over) -> dict:
+    """A complete valid row whose float values encode the iteration, so mix-ups show."""
+    row = {c.name: float(iteration) + 0.25 for c in metrics.COLUMNS if c.dtype == metrics._F}
+    row.update(run_id=run_id, env_id="BreakoutNoFrameskip-v4", algo="ppo", backend="envpool",
+               seed=1, iteration=iteration, global_step=1024 * iteration, episodes=iteration % 3,
+               num_env_runners=2, num_learners=1, policy_lag=0, runner_restarts=0)
+    row.update(over)
+    return row
+
+
+def read_iterations(path) -> list[int]:
+    return pd.read_parquet(path)["iteration"].tolist()
+
+
+# --- schema ---------------------------------------------------------------------------------
+
+def test_schema_columns_in_declared_order():
+    assert COLUMN_NAMES == tuple(EXPECTED_COLUMNS)
+    assert ITERATION_SCHEMA.names == EXPECTED_COLUMNS
+    assert set(LOSS_COLUMNS) <= set(COLUMN_NAMES)
+    assert metrics.PHASES == ("env", "infer", "learn", "transfer", "wait", "checkpoint",
+                              "iteration")
+
+
+def test_validate_row_names_missing_and_unknown_keys():
+    row = make_row(1)
+    del row["approx_kl"]
+    with pytest.raises(ValueError, match="missing.*approx_kl"):
+        validate_row(row)
+    with pytest.raises(ValueError, match="unknown.*charts/SPS"):
+        validate_row({**make_row(1), "charts/SPS": 1.0})
+
+
+def test_validate_row_checks_and_coerces_types():
+    with pytest.raises(ValueError, match="'seed' expects int64"):
+        validate_row(make_row(1, seed="1"))
+    with pytest.raises(ValueError, match="'episodes' expects int64"):
+        validate_row(make_row(1, episodes=True))
+    with pytest.raises(ValueError, match="'sps' expects float64"):
+        validate_row(make_row(1, sps=None))
+    with pytest.raises(ValueError, match="'run_id' expects string"):
+        validate_row(make_row(1, run_id=3))
+    out = validate_row(make_row(1, seed=np.int64(7), entropy=torch.tensor(1.5),
+                                approx_kl=np.float32(0.5)))
+    assert (type(out["seed"]), out["seed"]) == (int, 7)
+    assert (type(out["entropy"]), out["entropy"]) == (float, 1.5)
+    assert (type(out["approx_kl"]), out["approx_kl"]) == (float, 0.5)
+
+
+# --- ParquetSink ----------------------------------------------------------------------------
+
+def test_parquet_reads_back_with_declared_dtypes(tmp_path):
+    path = tmp_path / "run" / metrics.METRICS_FILENAME
+    sink = ParquetSink(path)
+    for i in (1, 2):
+        sink.write(make_row(i, episodic_return_mean=math.nan))
+    assert pq.read_schema(path).equals(ITERATION_SCHEMA)
+    df = pd.read_parquet(path)
+    assert list(df.columns) == EXPECTED_COLUMNS
+    for c in metrics.COLUMNS:
+        kind = {"string": "string", "int64": "int64", "double": "float64"}[str(c.dtype)]
+        if kind == "string":
+            assert pd.api.types.is_string_dtype(df[c.name]), c.name
+        else:
+            assert df[c.name].dtype == np.dtype(kind), c.name
+    assert df["global_step"].tolist() == [1024, 2048]
+    assert df["sps"].tolist() == [1.25, 2.25]
+    assert df["episodic_return_mean"].isna().all()  # NaN stays NaN, not a dropped row or 0
+
+
+def test_parquet_rewrite_of_same_iteration_replaces_row(tmp_path):
+    path = tmp_path / "metrics.parquet"
+    sink = ParquetSink(path)
+    for i in (1, 2, 3):
+        sink.write(make_row(i))
+    sink.write(make_row(2, sps=99.0))
+    sink.write(make_row(2, run_id="other_run"))  # another run's iteration 2 is a separate row
+    df = pd.read_parquet(path)
+    assert len(df) == 4
+    mine = df[df["run_id"] == "Breakout__t__1__0"]
+    assert mine["iteration"].tolist() == [1, 2, 3]
+    assert mine.set_index("iteration")["sps"].tolist() == [1.25, 99.0, 3.25]
+
+
+def test_parquet_truncate_after(tmp_path):
+    path = tmp_path / "metrics.parquet"
+    sink = ParquetSink(path)
+    for i in range(1, 6):
+        sink.write(make_row(i))
+    sink.truncate_after(3)
+    assert read_iterations(path) == [1, 2, 3]
+
+
+def test_parquet_resume_reloads_earlier_rows(tmp_path):
+    path = tmp_path / "metrics.parquet"
+    first = ParquetSink(path)
+    for i in range(1, 5):
+        first.write(make_row(i))
+    # The run crashed after iteration 4; its last checkpoint was at iteration 2.
+    resumed = ParquetSink(path)
+    assert [r["iteration"] for r in resumed.rows()] == [1, 2, 3, 4]
+    resumed.truncate_after(2)
+    resumed.write(make_row(3, sps=7.0))
+    df = pd.read_parquet(path)
+    assert df["iteration"].tolist() == [1, 2, 3]
+    assert df["sps"].tolist() == [1.25, 2.25, 7.0]
+
+
+def test_parquet_failed_flush_keeps_old_file(tmp_path, monkeypatch):
+    path = tmp_path / "metrics.parquet"
+    sink = ParquetSink(path)
+    sink.write(make_row(1))
+
+    def crash_midway(table, where, **kw):
+        Path(where).write_bytes(b"PAR1 half a file")
+        raise OSError("disk full")
+
+    monkeypatch.setattr(metrics.pq, "write_table", crash_midway)
+    with pytest.raises(OSError):
+        sink.write(make_row(2))
+    monkeypatch.undo()
+    assert read_iterations(path) == [1]
+    assert [p.name for p in tmp_path.iterdir()] == ["metrics.parquet"]
+    sink.flush()
+    assert read_iterations(path) == [1, 2]
+    assert [p.name for p in tmp_path.iterdir()] == ["metrics.parquet"]
+
+
+# --- PhaseTimer -----------------------------------------------------------------------------
+
+def test_phase_timer_sums_resets_and_fills_all_columns(monkeypatch):
+    clock = iter([10.0, 10.5, 20.0, 21.25, 30.0, 34.0])
+    monkeypatch.setattr(metrics.time, "perf_counter", lambda: next(clock))
+    timer = PhaseTimer()
+    with timer.phase("env"):
+        pass
+    with timer.phase("env"):
+        pass
+    with pytest.raises(RuntimeError):
+        with timer.phase("learn"):  # time spent before an error still counts
+            raise RuntimeError
+    timer.add("wait", 0.125)
+    assert timer.totals == {"env": 1.75, "learn": 4.0, "wait": 0.125}
+    cols = timer.as_columns()
+    assert list(cols) == [n for n in COLUMN_NAMES if n.startswith("t_")]
+    assert (cols["t_env_s"], cols["t_learn_s"], cols["t_wait_s"], cols["t_infer_s"]) == (
+        1.75, 4.0, 0.125, 0.0)
+    timer.reset()
+    assert set(timer.as_columns().values()) == {0.0}
+    with pytest.raises(ValueError, match="unknown phase 'enviroment'"):
+        with timer.phase("enviroment"):
+            pass
+
+
+# --- TensorBoard ----------------------------------------------------------------------------
+
+def test_tensorboard_scalars_and_hparams_read_back(tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    tb = TensorBoardWriter(tmp_path)
+    tb.add_hparams_text({"exp_name": "t", "ppo": {"gamma": 0.99}, "env": {"num_envs": 8}})
+    tb.write(make_row(1), episodes=[(10.0, 100), (30.0, 300)])
+    tb.write(make_row(2), episodes=None)
+    tb.write(make_row(3), episodes=[(5.0, 50)])
+    tb.close()
+    assert list(tmp_path.glob("events.out.tfevents.*"))
+
+    ea = EventAccumulator(str(tmp_path))
+    ea.Reload()
+    expected = {"charts/episodic_return", "charts/episodic_length", "charts/learning_rate",
+                "charts/SPS", *(f"losses/{c}" for c in LOSS_COLUMNS),
+                *(f"perf/t_{p}_s" for p in metrics.PHASES)}
+    assert set(ea.Tags()["scalars"]) == expected
+
+    def points(tag):
+        return [(e.step, e.value) for e in ea.Scalars(tag)]
+
+    assert points("charts/episodic_return") == [(1024, 10.0), (1024, 30.0), (3072, 5.0)]
+    assert points("charts/episodic_length") == [(1024, 100.0), (1024, 300.0), (3072, 50.0)]
+    assert points("charts/SPS") == [(1024, 1.25), (2048, 2.25), (3072, 3.25)]
+    assert points("losses/approx_kl") == points("perf/t_env_s") == points("charts/SPS")
+
+    text = ea.Tensors("hyperparameters/text_summary")[0].tensor_proto.string_val[0].decode()
+    assert text.startswith("|param|value|\n|-|-|\n")
+    for line in ("|exp_name|t|", "|ppo.gamma|0.99|", "|env.num_envs|8|"):
+        assert line in text.splitlines()
+
+
+# --- EpisodeTracker -------------------------------------------------------------------------
+
+def test_episode_tracker_last100_and_iteration_columns():
+    tracker = EpisodeTracker()
+    assert math.isnan(tracker.last100_mean())
+    empty = tracker.add([], [])
+    assert empty["episodes"] == 0 and math.isnan(empty["episodic_return_mean"])
+    assert math.isnan(empty["episodic_length_mean"])
+    assert math.isnan(empty["episodic_return_last100"])
+    tracker.add(list(range(100)), [1] * 100)
+    cols = tracker.add([1000.0] * 50, [400] * 50)
+    assert cols == {"episodic_return_mean": 1000.0, "episodic_length_mean": 400.0,
+                    "episodes": 50, "episodic_return_last100": (sum(range(50, 100)) + 50_000) / 100}
+    resumed = EpisodeTracker()
+    resumed.load_state_dict(tracker.state_dict())
+    assert resumed.last100_mean() == tracker.last100_mean()
+    with pytest.raises(ValueError):
+        tracker.add([1.0], [])
+
+
+# --- Progress -------------------------------------------------------------------------------
+
+def test_progress_plain_lines_when_not_a_tty():
+    out = io.StringIO()
+    progress = Progress(10_000, stream=out)
+    progress.update(1_000, sps=100.0, recent_return=None)
+    progress.update(5_000, sps=1_234.0, recent_return=12.345)
+    progress.update(5_000, sps=0.0, recent_return=math.nan)
+    progress.close()
+    lines = out.getvalue().split("\n")
+    assert "\r" not in out.getvalue() and lines[-1] == "" and len(lines) == 4
+    assert lines[0] == "step 1,000/10,000 ( 10.0%) | SPS 100 | return - | ETA 0:01:30"
+    assert lines[1] == "step 5,000/10,000 ( 50.0%) | SPS 1,234 | return 12.35 | ETA 0:00:04"
+    assert lines[2].endswith("return - | ETA -")
+
+
+def test_progress_rewrites_one_line_on_a_tty():
+    out = io.StringIO()
+    progress = Progress(100, stream=out, tty=True)
+    progress.update(50, sps=1_000_000.0, recent_return=1.0)
+    progress.update(100, sps=10.0, recent_return=None)
+    assert "\n" not in out.getvalue()
+    first, second = out.getvalue().split("\r")[1:]
+    assert len(second) >= len(first)  # a shorter line blanks out the longer one's tail
+    progress.close()
+    assert out.getvalue().endswith("\n")
+    assert format_eta(3725) == "1:02:05" and format_eta(math.inf) == "-"
+
+
+# --- docs and imports -----------------------------------------------------------------------
+
+def test_docs_table_is_the_generated_schema():
+    doc = (ROOT / "docs" / "metrics.md").read_text()
+    begin = doc.index("\n", doc.index("<!-- schema:begin")) + 1
+    assert doc[begin:doc.index("<!-- schema:end -->")] == schema_markdown()
+    for tag in metrics.TB_SCALARS:
+        assert f"`{tag}`" in doc, tag
+
+
+def test_metrics_is_ray_free_and_light():
+    code = ("import sys, distppo.metrics, distppo.progress; "
+            "print(sorted(m for m in ('ray', 'torch') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                         text=True, check=True).stdout
+    assert out.strip() == "[]"
