@@ -58,23 +58,34 @@ def sample(probs: Categorical, generator: torch.Generator | None) -> torch.Tenso
 
 
 class Agent(nn.Module):
+    """Shared Nature-CNN trunk for images (ppo_atari.py); for vectors, separate actor and
+    critic MLPs as CleanRL's ppo.py has them (`critic_network` is None for images)."""
+
     def __init__(self, obs_shape: tuple, num_actions: int):
         super().__init__()
         self.network, width = make_trunk(obs_shape)
+        self.critic_network = make_trunk(obs_shape)[0] if len(obs_shape) == 1 else None
         self.actor = layer_init(nn.Linear(width, num_actions), std=0.01)
         self.critic = layer_init(nn.Linear(width, 1), std=1)
 
+    def _value(self, x: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
+        if self.critic_network is None:
+            return self.critic(hidden)
+        return self.critic(self.critic_network(x))
+
     def get_value(self, x: torch.Tensor) -> torch.Tensor:
-        return self.critic(self.network(preprocess(x)))
+        x = preprocess(x)
+        return self._value(x, self.network(x) if self.critic_network is None else None)
 
     def get_action_and_value(self, x: torch.Tensor, action: torch.Tensor | None = None,
                              generator: torch.Generator | None = None):
-        hidden = self.network(preprocess(x))
+        x = preprocess(x)
+        hidden = self.network(x)
         logits = self.actor(hidden)
         probs = Categorical(logits=logits)
         if action is None:
             action = sample(probs, generator)
-        return action, probs.log_prob(action), probs.entropy(), self.critic(hidden)
+        return action, probs.log_prob(action), probs.entropy(), self._value(x, hidden)
 
 
 class LSTMAgent(nn.Module):

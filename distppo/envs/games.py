@@ -1,0 +1,122 @@
+"""Game facts and env-id resolution: the only place that knows game names.
+
+Atari games have two id forms that mean the same emulator set-up:
+`Breakout-v5` (EnvPool) and `BreakoutNoFrameskip-v4` (gymnasium + ale-py, CleanRL's gym
+scripts). Either form works with either backend; `resolve_env_id` maps it to the id the chosen
+backend constructs. Vector-observation ("classic") ids run the MLP path on the gym backend.
+"""
+from __future__ import annotations
+
+import csv
+import difflib
+import functools
+import warnings
+from dataclasses import dataclass
+from importlib import resources
+
+from distppo.config import BACKENDS, ConfigError
+
+# Our own POMDP: CartPole-v1 without the two velocity entries (see classic.py).
+CARTPOLE_NO_VEL = "CartPoleNoVel-v1"
+
+
+def _data_text(name: str) -> str:
+    return resources.files("distppo").joinpath("data", name).read_text()
+
+
+def _load_atari57() -> tuple[tuple[str, ...], dict[str, str]]:
+    games = tuple(line.strip() for line in _data_text("atari57.txt").splitlines() if line.strip())
+    rows = csv.DictReader(_data_text("atari57_gym.csv").splitlines())
+    v5_to_gym = {row["envpool_id"]: row["gym_id"] for row in rows}
+    missing = set(games) - set(v5_to_gym)
+    if missing:  # a broken package data file, not a user error
+        raise RuntimeError(f"atari57_gym.csv lacks {sorted(missing)}")
+    return games, v5_to_gym
+
+
+ATARI_57, _V5_TO_GYM = _load_atari57()
+_GYM_TO_V5 = {g: v for v, g in _V5_TO_GYM.items()}
+
+
+def to_v5(env_id: str) -> str:
+    """`BreakoutNoFrameskip-v4` or `Breakout-v5` -> `Breakout-v5`."""
+    if env_id in _V5_TO_GYM:
+        return env_id
+    if env_id in _GYM_TO_V5:
+        return _GYM_TO_V5[env_id]
+    raise _unknown(env_id)
+
+
+def to_gym(env_id: str) -> str:
+    """`Breakout-v5` or `BreakoutNoFrameskip-v4` -> `BreakoutNoFrameskip-v4`."""
+    return _V5_TO_GYM[to_v5(env_id)]
+
+
+@dataclass(frozen=True)
+class ResolvedEnv:
+    kind: str        # 'atari' | 'classic'
+    v5_id: str       # Atari: EnvPool id; classic: the gymnasium id (there is only one form)
+    gym_id: str      # Atari: NoFrameskip-v4 id; classic: the gymnasium id
+    backend_id: str  # the id the chosen backend constructs
+
+
+def resolve_env_id(env_id: str, backend: str) -> ResolvedEnv:
+    """Map a user env id to what `backend` builds; ConfigError with a one-line fix otherwise."""
+    if backend not in BACKENDS:
+        raise ConfigError(f"unknown backend {backend!r}: use one of {', '.join(BACKENDS)}")
+    if env_id in _V5_TO_GYM or env_id in _GYM_TO_V5:
+        v5, gym_id = to_v5(env_id), to_gym(env_id)
+        return ResolvedEnv("atari", v5, gym_id, v5 if backend == "envpool" else gym_id)
+    if env_id in classic_ids():
+        if backend != "gym":
+            raise ConfigError(f"{env_id} is a vector-observation env that only the gym backend "
+                              "runs: use --backend gym")
+        return ResolvedEnv("classic", env_id, env_id, env_id)
+    raise _unknown(env_id)
+
+
+@functools.lru_cache(maxsize=None)
+def classic_ids() -> tuple[str, ...]:
+    """Registered gymnasium ids with a 1-D Box observation and Discrete actions, plus ours.
+
+    Found by building each non-Atari registered env once (about 25 ms in all): spaces are
+    only known after construction. Envs whose dependencies are missing are skipped.
+    """
+    import gymnasium as gym
+
+    found = [CARTPOLE_NO_VEL]
+    for env_id, spec in gym.registry.items():
+        entry = spec.entry_point if isinstance(spec.entry_point, str) else ""
+        if spec.namespace or entry.startswith("ale_py"):
+            continue
+        try:
+            with warnings.catch_warnings():  # "out of date version" notices for old ids
+                warnings.simplefilter("ignore")
+                env = gym.make(env_id, disable_env_checker=True)
+        except Exception:  # missing optional dependency (mujoco, box2d, ...): not usable here
+            continue
+        obs_space, act_space = env.observation_space, env.action_space
+        env.close()
+        if (isinstance(obs_space, gym.spaces.Box) and len(obs_space.shape) == 1
+                and isinstance(act_space, gym.spaces.Discrete)):
+            found.append(env_id)
+    return tuple(found)
+
+
+def _unknown(env_id: str) -> ConfigError:
+    candidates = list(_V5_TO_GYM) + list(_GYM_TO_V5) + list(classic_ids())
+    scored = sorted(((difflib.SequenceMatcher(None, env_id, c).ratio(), c) for c in candidates),
+                    reverse=True)
+    # Near-ties only, so a typo names its game rather than every loosely similar one.
+    best = scored[0][0]
+    close: list[str] = []
+    for score, cand in scored[:3]:
+        if score < max(0.6, best - 0.1):
+            break
+        # Name both forms of an Atari game: the user may want either backend's spelling.
+        pair = (to_v5(cand), to_gym(cand)) if cand in _V5_TO_GYM or cand in _GYM_TO_V5 else (cand,)
+        close += [c for c in pair if c not in close]
+    hint = f"did you mean {', '.join(close)}?" if close else (
+        "use an Atari-57 id such as Breakout-v5 / BreakoutNoFrameskip-v4 or a classic id such "
+        "as CartPole-v1")
+    return ConfigError(f"unknown env id {env_id!r}: {hint}")

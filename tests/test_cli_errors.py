@@ -1,0 +1,90 @@
+"""Bad input through the real CLI: one clear line, non-zero exit, no traceback, nothing overwritten."""
+import os
+
+import pytest
+
+from conftest import run_cli
+
+TINY = ["--num-envs", "2", "--num-steps", "16", "--num-minibatches", "2", "--total-timesteps", "32"]
+
+
+def assert_one_line_error(proc, *needles):
+    assert proc.returncode != 0, proc.stdout
+    assert "Traceback" not in proc.stderr, proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, proc.stderr
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+
+
+@pytest.mark.parametrize("args, needles", [
+    (["--env-id", "Breakuot-v5"], ["unknown env id", "Breakout-v5"]),
+    (["--env-id", "Breakout-v5", "--backend", "atari"], ["backend", "envpool"]),
+    (["--env-id", "Breakout-v5", "--algo", "dqn"], ["algo", "ppo_lstm"]),
+    (["--env-id", "Breakout-v5", "--num-envs", "3", "--num-steps", "5", "--num-minibatches", "4"],
+     ["num_minibatches", "divisible"]),
+    (["--env-id", "Breakout-v5", "--algo", "ppo_lstm", "--num-envs", "6", "--num-minibatches", "4"],
+     ["whole env sequences", "num_envs = 6"]),
+    (["--env-id", "Breakout-v5", "--num-envs", "0"], ["--num-envs must be > 0"]),
+    (["--env-id", "Breakout-v5", "--num-steps", "-3"], ["--num-steps must be > 0"]),
+    (["--env-id", "Breakout-v5", "--learning-rate", "0"], ["--learning-rate must be > 0"]),
+    (["--env-id", "Breakout-v5", "--learning-rate=-1e-3"], ["--learning-rate must be > 0"]),
+    (["--env-id", "Breakout-v5", "--gamma", "1.5"], ["--gamma", "[0, 1]"]),
+    (["--env-id", "Breakout-v5", "--num-envs", "abc"], ["invalid int value"]),
+    (["--env-id", "CartPole-v1", "--backend", "envpool"], ["--backend gym"]),
+])
+def test_bad_train_arguments(tmp_path, args, needles):
+    proc = run_cli("train", "--local", "--output-dir", tmp_path, *args, timeout=120)
+    assert_one_line_error(proc, *needles)
+    assert not any(tmp_path.iterdir()), "a rejected run must write nothing"
+
+
+def test_cuda_without_gpu(tmp_path):
+    import torch
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    proc = run_cli("train", "--local", "--cuda", "--env-id", "CartPole-v1", "--backend", "gym",
+                   "--output-dir", tmp_path, *TINY, timeout=120)
+    assert_one_line_error(proc, "CUDA")
+    assert not any(tmp_path.iterdir())
+
+
+def test_resume_errors_and_nothing_overwritten(tmp_path):
+    common = ["--local", "--env-id", "CartPole-v1", "--backend", "gym", "--output-dir", tmp_path, *TINY]
+    ok = run_cli("train", *common, "--run-name", "r1", timeout=180)
+    assert ok.returncode == 0, ok.stderr
+    run_dir = tmp_path / "r1"
+    before = {p.name: p.stat().st_mtime_ns for p in run_dir.iterdir() if p.is_file()}
+
+    # the same run name again: refused, the old run untouched
+    again = run_cli("train", *common, "--run-name", "r1", timeout=120)
+    assert_one_line_error(again, "already exists")
+
+    # a folder that is no run
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert_one_line_error(run_cli("train", "--resume", empty, timeout=120), "no config.json")
+    assert_one_line_error(run_cli("train", "--resume", tmp_path / "missing", timeout=120), "no config.json")
+
+    # a run whose checkpoints are gone, then one whose checkpoint is corrupt
+    ckpts = sorted((run_dir / "checkpoints").iterdir())
+    data = ckpts[-1].read_bytes()
+    for c in ckpts:
+        c.unlink()
+    assert_one_line_error(run_cli("train", "--resume", run_dir, timeout=120), "no checkpoint")
+    ckpts[-1].write_bytes(data[: len(data) // 3])
+    assert_one_line_error(run_cli("train", "--resume", run_dir, timeout=120), "corrupt")
+    after = {p.name: p.stat().st_mtime_ns for p in run_dir.iterdir() if p.is_file()}
+    assert after == before  # metrics.parquet, config.json, event files: untouched
+
+
+def test_help_lists_every_hyperparameter():
+    proc = run_cli("train", "--help", timeout=60)
+    assert proc.returncode == 0
+    for flag in ("--learning-rate", "--num-envs", "--num-steps", "--anneal-lr", "--gamma",
+                 "--gae-lambda", "--num-minibatches", "--update-epochs", "--norm-adv",
+                 "--clip-coef", "--clip-vloss", "--ent-coef", "--vf-coef", "--max-grad-norm",
+                 "--target-kl", "--total-timesteps", "--seed", "--env-id", "--algo", "--backend",
+                 "--local", "--resume", "--capture-video"):
+        assert flag in proc.stdout, flag
+    assert "(default: 0.00025)" in proc.stdout and "discount factor" in proc.stdout

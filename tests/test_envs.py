@@ -1,0 +1,239 @@
+"""Env layer on real emulators (ale-py and EnvPool): shapes, ids, seeding, reported returns."""
+from __future__ import annotations
+
+import cv2
+import numpy as np
+import pytest
+import torch
+
+from distppo.config import ConfigError
+from distppo.envs.atari_gym import ClipReward, FireReset, make_atari_gym_env
+from distppo.envs.games import ATARI_57, resolve_env_id, to_gym, to_v5
+from distppo.envs.vector import make_vector_env
+from distppo.seeds import env_seed, seed_everything
+
+BACKENDS = ("gym", "envpool")
+BREAKOUT_LIVES = 5  # a test-side game fact: one training-level done per life
+
+
+def _make(env_id="Breakout-v5", backend="gym", num_envs=2, seed=1, frame_stack=4, **kw):
+    return make_vector_env(env_id, backend, num_envs, seed, frame_stack, **kw)
+
+
+@pytest.mark.parametrize("game", ["Breakout-v5", "Pong-v5"])
+def test_backends_agree_on_shapes_and_actions(game):
+    for frame_stack in (4, 1):
+        found = set()
+        for backend in BACKENDS:
+            venv = _make(game, backend, frame_stack=frame_stack)
+            obs = venv.reset()
+            step = venv.step(np.zeros(2, dtype=np.int64))
+            assert obs.shape == step.obs.shape == (2, frame_stack, 84, 84)
+            assert obs.dtype == step.obs.dtype == venv.obs_dtype == np.uint8
+            assert step.reward.dtype == np.float32 and step.done.dtype == bool
+            found.add((venv.obs_shape, venv.num_actions))
+            venv.close()
+        assert found == {((frame_stack, 84, 84), 4 if game == "Breakout-v5" else 6)}
+
+
+def test_id_forms_map_on_both_backends():
+    assert len(ATARI_57) == len(set(ATARI_57)) == 57
+    for v5 in ATARI_57:
+        assert to_v5(to_gym(v5)) == v5 and to_gym(v5).endswith("NoFrameskip-v4")
+    for env_id in ("Breakout-v5", "BreakoutNoFrameskip-v4"):
+        assert resolve_env_id(env_id, "gym").backend_id == "BreakoutNoFrameskip-v4"
+        assert resolve_env_id(env_id, "envpool").backend_id == "Breakout-v5"
+        for backend in BACKENDS:
+            venv = _make(env_id, backend, num_envs=1)
+            assert venv.reset().shape == (1, 4, 84, 84)
+            venv.close()
+
+
+def test_unknown_id_names_closest_ids():
+    for backend in BACKENDS:
+        with pytest.raises(ConfigError) as err:
+            _make("Breakuot-v5", backend)
+        msg = str(err.value)
+        assert "\n" not in msg and "'Breakuot-v5'" in msg
+        assert "Breakout-v5" in msg and "BreakoutNoFrameskip-v4" in msg
+    with pytest.raises(ConfigError, match="CartPole-v1"):
+        resolve_env_id("CartPol-v1", "gym")
+
+
+def test_classic_envs():
+    with pytest.raises(ConfigError, match="--backend gym"):
+        _make("CartPole-v1", "envpool")
+    novel, full = _make("CartPoleNoVel-v1", "gym"), _make("CartPole-v1", "gym")
+    assert novel.obs_shape == (2,) and novel.obs_dtype == np.float32
+    assert full.obs_shape == (4,) and novel.num_actions == full.num_actions == 2
+    # Same seeds, same actions: NoVel sees exactly CartPole's positions x and theta.
+    obs_n, obs_f = novel.reset(), full.reset()
+    lengths = []
+    for t in range(300):
+        np.testing.assert_array_equal(obs_n, obs_f[:, [0, 2]])
+        actions = np.array([t % 2, (t // 3) % 2])
+        step_n, step_f = novel.step(actions), full.step(actions)
+        obs_n, obs_f = step_n.obs, step_f.obs
+        np.testing.assert_array_equal(step_n.done, step_f.done)
+        for ep in step_f.episodes:  # reward 1 per step: the return is the length
+            assert step_f.done[ep.env_index] and ep.ret == ep.length
+            lengths.append(ep.length)
+    assert lengths, "no CartPole episode ended in 300 steps"
+    novel.close(), full.close()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_reported_return_spans_all_lives(backend):
+    """A life loss is a training done but not a reported game; the game's return is raw."""
+    venv = _make("Breakout-v5", backend, num_envs=2, seed=3)
+    venv.reset()
+    rng = np.random.default_rng(0)
+    raw_sum, steps, dones = np.zeros(2), np.zeros(2, dtype=int), np.zeros(2, dtype=int)
+    games, life_losses = [], 0
+    while not any(ret > 0 for ret, _ in games) or len(games) < 2:
+        assert sum(steps) < 20_000, "no scoring Breakout game in 20k steps"
+        result = venv.step(rng.integers(0, venv.num_actions, size=2))
+        raw_sum += venv.raw_reward   # envpool: info["reward"]; gym: the innermost wrapper
+        steps += 1
+        dones += result.done
+        # Training reward is the sign of the raw one (EnvPool's reset step is raw 0 too).
+        np.testing.assert_array_equal(result.reward, np.sign(venv.raw_reward))
+        ended = {ep.env_index: ep for ep in result.episodes}
+        for i in np.flatnonzero(result.done):
+            if i not in ended:
+                life_losses += 1   # done with lives left: the game goes on
+        for i, ep in ended.items():
+            assert result.done[i], "a game can only end at a training-level done"
+            assert ep.ret == pytest.approx(raw_sum[i]) and ep.length == steps[i]
+            assert dones[i] == BREAKOUT_LIVES
+            games.append((ep.ret, ep.length))
+            raw_sum[i], steps[i], dones[i] = 0.0, 0, 0
+    assert life_losses >= (BREAKOUT_LIVES - 1) * len(games)
+    venv.close()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_seeding(backend):
+    def rollout(seed):
+        venv = _make("Breakout-v5", backend, num_envs=2, seed=seed)
+        obs = [venv.reset()] + [venv.step(np.array([t % 4, 3 - t % 4])).obs for t in range(20)]
+        venv.close()
+        return np.stack(obs)   # [T, N, 4, 84, 84]
+
+    a, b, c = rollout(1), rollout(1), rollout(2)
+    np.testing.assert_array_equal(a, b)
+    assert not np.array_equal(a[0], c[0])
+    # sub-env i gets seed + i: env 1 of seed 1 is env 0 of seed 2 (reset obs; actions differ).
+    np.testing.assert_array_equal(a[0, 1], c[0, 0])
+
+
+def test_seed_helpers():
+    assert [env_seed(10, r, 8) for r in range(3)] == [10, 18, 26]
+    seed_everything(7)
+    first = (np.random.rand(), torch.rand(1).item())
+    seed_everything(7)
+    assert (np.random.rand(), torch.rand(1).item()) == first
+
+
+def _spy_actions(stats):
+    """Record every emulator-frame action reaching the innermost wrapper."""
+    actions, inner_step = [], stats.step
+
+    def step(action):
+        actions.append(int(action))
+        return inner_step(action)
+
+    stats.step = step
+    return actions
+
+
+def test_gym_chain_noops_fire_and_skip():
+    env, stats = make_atari_gym_env("BreakoutNoFrameskip-v4", frame_stack=4)
+    assert any(isinstance(w, FireReset) for w in _wrappers(env))
+    frames = _spy_actions(stats)
+    noop_counts = set()
+    for seed in range(6):
+        frames.clear()
+        env.reset(seed=seed)
+        noops = len(frames) - 8
+        assert 1 <= noops <= 30 and frames == [0] * noops + [1] * 4 + [2] * 4
+        noop_counts.add(noops)
+    assert len(noop_counts) > 1, "the number of no-ops should depend on the seed"
+    # One agent step = 4 emulator frames of the same action.
+    frames.clear()
+    obs, *_ = env.step(3)
+    assert frames == [3] * 4 and obs.shape == (4, 84, 84)
+    # A life loss: EpisodicLife's NOOP agent step, then FIRE and 2, within the same game.
+    while True:
+        _, _, terminated, truncated, _ = env.step(0)
+        if terminated or truncated:
+            break
+    lives = env.unwrapped.ale.lives()
+    assert 0 < lives < BREAKOUT_LIVES
+    frames.clear()
+    env.reset()
+    assert frames == [0] * 4 + [1] * 4 + [2] * 4 and env.unwrapped.ale.lives() == lives
+    env.close()
+    # Pong wants FIRE too; Freeway (NOOP, UP, DOWN) has no FIRE and gets no FireReset.
+    freeway, _ = make_atari_gym_env("FreewayNoFrameskip-v4", frame_stack=1)
+    assert not any(isinstance(w, FireReset) for w in _wrappers(freeway))
+    freeway.close()
+
+
+def test_gym_vector_resets_in_the_same_step():
+    """The vector env equals one chain reset by hand right after each done (SyncVectorEnv 0.29)."""
+    venv = _make("Breakout-v5", "gym", num_envs=1, seed=5)
+    env, _ = make_atari_gym_env("BreakoutNoFrameskip-v4", frame_stack=4)
+    np.testing.assert_array_equal(venv.reset()[0], env.reset(seed=5)[0])
+    actions, dones = np.random.default_rng(1).integers(0, 4, size=300), 0
+    for a in actions:
+        result = venv.step(np.array([a]))
+        obs, reward, terminated, truncated, _ = env.step(int(a))
+        if terminated or truncated:
+            obs, _ = env.reset()
+            dones += 1
+        np.testing.assert_array_equal(result.obs[0], obs)
+        assert result.reward[0] == reward and result.done[0] == (terminated or truncated)
+    assert dones >= 2, "the comparison should cross a few life losses"
+    venv.close(), env.close()
+
+
+def test_gym_clip_reward_is_sign():
+    env, _ = make_atari_gym_env("BreakoutNoFrameskip-v4", frame_stack=1)
+    clip = next(w for w in _wrappers(env) if isinstance(w, ClipReward))
+    assert [clip.reward(r) for r in (-3.5, 0.0, 0.25, 7.0)] == [-1.0, 0.0, 1.0, 1.0]
+    env.close()
+
+
+def _wrappers(env):
+    while hasattr(env, "env"):
+        yield env
+        env = env.env
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_video_of_env0_games(backend, tmp_path):
+    venv = _make("Breakout-v5", backend, num_envs=2, seed=1, video_dir=str(tmp_path))
+    venv.reset()
+    game_length, extra_steps = None, 0
+    while extra_steps < 10:   # finish env 0's first game, then cut the second one short
+        result = venv.step(np.array([0, 0]))  # NOOP: Breakout's ball drops, lives go fast
+        if game_length is not None:
+            extra_steps += 1
+        for ep in result.episodes:
+            if ep.env_index == 0 and game_length is None:
+                game_length = ep.length
+    venv.close()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["episode-0.mp4", "episode-1.mp4"]
+    cap = cv2.VideoCapture(str(tmp_path / "episode-0.mp4"))
+    frames = []
+    while True:
+        ok, frame = cap.read()
+        if not ok:
+            break
+        frames.append(frame)
+    cap.release()
+    # One frame per agent step (plus the reset frames), at the emulator's resolution.
+    assert game_length <= len(frames) <= game_length + BREAKOUT_LIVES
+    assert frames[0].shape == (210, 160, 3)
+    assert np.std(np.stack(frames).astype(np.float32)) > 10, "video frames look blank"
