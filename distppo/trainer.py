@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass
-from typing import Optional, Protocol
+from typing import Callable, Optional, Protocol
 
 import torch
 
@@ -114,11 +114,14 @@ def prepare_run(cfg: TrainConfig, resume: Optional[str] = None) -> tuple[TrainCo
 
 
 def train(cfg: TrainConfig, backend_factory, resume: Optional[str] = None, progress: bool = True,
-          fail_at_iteration: Optional[int] = None) -> RunPaths:
+          fail_at_iteration: Optional[int] = None,
+          on_iteration: Optional[Callable[[dict, Optional[str]], None]] = None) -> RunPaths:
     """Run (or resume) one training run; returns where its files are.
 
-    backend_factory(cfg, video_dir) -> Backend. `fail_at_iteration` raises once at that
-    iteration (after its checkpoint check), for fault-injection tests of the sweep driver.
+    backend_factory(cfg, video_dir) -> Backend. `fail_at_iteration` raises at that iteration
+    before it is checkpointed or written (fault-injection tests). `on_iteration(row,
+    checkpoint_path or None)` is called after each iteration's row is written (the sweep
+    driver reports to Tune from there).
     """
     cfg, paths, state = prepare_run(cfg, resume)
     os.makedirs(paths.run_dir, exist_ok=True)
@@ -163,9 +166,10 @@ def train(cfg: TrainConfig, backend_factory, resume: Optional[str] = None, progr
                 wall = time.time() - start_time
                 if fail_at_iteration == iteration:
                     raise RuntimeError(f"injected failure at iteration {iteration}")
+                ckpt_path = None
                 if iteration % cfg.checkpoint_every == 0 or iteration == cfg.num_iterations:
                     with timer.phase("checkpoint"):
-                        save_checkpoint(paths.run_dir, iteration, {
+                        ckpt_path = save_checkpoint(paths.run_dir, iteration, {
                             "learner": backend.learner_state(), "iteration": iteration,
                             "global_step": global_step, "wall_clock_s": wall, "rng": rng_state(),
                             "episodes": tracker.state_dict(),
@@ -175,6 +179,8 @@ def train(cfg: TrainConfig, backend_factory, resume: Optional[str] = None, progr
             row.update(episode_columns)
             sink.write(row)
             tb.write(row, list(zip(batch.episode_returns, batch.episode_lengths)))
+            if on_iteration is not None:
+                on_iteration(row, ckpt_path)
             if bar is not None and (iteration % cfg.log_every == 0 or iteration == cfg.num_iterations):
                 bar.update(global_step, row["sps"], tracker.last100_mean())
     finally:
