@@ -50,6 +50,8 @@ class RayBackend:
         lr = cfg.learner
         self.learner = RemoteLearner.options(num_cpus=lr.learner_cpus, num_gpus=lr.learner_gpus).remote(
             cfg, obs_shape, num_actions)
+        # Wait until every actor is up: like CleanRL's SPS timer, ours starts after construction.
+        ray.get([a.pid.remote() for a in self.runners + [self.learner]], timeout=SAMPLE_TIMEOUT_S)
         self.num_env_runners = r.num_env_runners
         self.num_learners = 1
         self.runner_restarts = 0
