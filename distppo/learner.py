@@ -1,23 +1,47 @@
-"""Learner: a thin Ray shell around PPOLearner (update.py)."""
+"""Learner: a thin Ray shell around PPOLearner (update.py), plus the process-group setup
+that data-parallel learners need (torch.distributed: gloo on CPU, nccl on GPU)."""
 from __future__ import annotations
 
+import datetime
 import os
+import socket
+import time
 
 import ray
 import torch
+import torch.distributed as dist
 
 from .config import TrainConfig
 from .rollout import RolloutBatch
-from .update import PPOLearner
+from .update import GradAllReduce, PPOLearner
+
+GROUP_TIMEOUT = datetime.timedelta(minutes=10)
 
 
 class Learner:
-    def __init__(self, cfg: TrainConfig, obs_shape: tuple, num_actions: int):
+    def __init__(self, cfg: TrainConfig, obs_shape: tuple, num_actions: int, rank: int = 0):
+        # Ray sets OMP threads from num_cpus; make the torch thread count the recorded setting.
         torch.set_num_threads(cfg.runner.num_threads)
-        self.core = PPOLearner(cfg, obs_shape, num_actions, cfg.seed)
+        self.core = PPOLearner(cfg, obs_shape, num_actions, cfg.seed, rank)
+
+    def rendezvous_address(self) -> tuple[str, int]:
+        """An address and a free port on this node, for rank 0 to host the process group."""
+        with socket.socket() as s:
+            s.bind(("", 0))
+            port = s.getsockname()[1]
+        return ray.util.get_node_ip_address(), port
+
+    def init_group(self, addr: str, port: int, rank: int, world_size: int) -> None:
+        backend = "nccl" if self.core.device.type == "cuda" else "gloo"
+        dist.init_process_group(backend, init_method=f"tcp://{addr}:{port}", rank=rank,
+                                world_size=world_size, timeout=GROUP_TIMEOUT)
+        self.core.sync = GradAllReduce(world_size)
 
     def update(self, batch: RolloutBatch, iteration: int) -> dict:
-        return self.core.update(batch, iteration)
+        start = time.perf_counter()
+        stats = self.core.update(batch, iteration)
+        stats["t_update_s"] = time.perf_counter() - start
+        return stats
 
     def get_weights(self) -> dict:
         return self.core.get_weights()

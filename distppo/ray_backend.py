@@ -1,18 +1,28 @@
-"""RayBackend: the Samplers and the PPOLearner of LocalBackend, each inside a Ray actor."""
+"""RayBackend: LocalBackend's Samplers and PPOLearner(s), each inside a Ray actor.
+
+- Env runners are spread over nodes (SPREAD) and restarted by Ray when their process dies;
+  the rollout of a restarted runner is re-requested with the same weights object.
+- M learners train data-parallel: the batch is split by env, gradients are averaged every
+  minibatch (GradAllReduce); a dead learner makes every learner be recreated and restored
+  from the last checkpoint by the loop (LearnerFailure).
+"""
 from __future__ import annotations
 
 import os
 import time
 
 import ray
+from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 
 from .config import TrainConfig
 from .learner import RemoteLearner
 from .rollout import RolloutBatch
 from .runinfo import UserError
 from .runners import RemoteEnvRunner
+from .trainer import LearnerFailure, RunnerFailure
 
-SAMPLE_TIMEOUT_S = 900.0  # no rollout of a sane config takes this long; beyond it, fail loudly
+CALL_TIMEOUT_S = 900.0  # no rollout or update of a sane config takes this long: fail loudly
+RESTART_TIMEOUT_S = 120.0  # a restarted runner that is not back by then is not coming back
 
 
 def required_resources(cfg: TrainConfig) -> dict:
@@ -35,50 +45,134 @@ def ensure_ray(cfg: TrainConfig) -> None:
         if amount > have.get(key, 0.0) + 1e-9:
             raise UserError(f"this run needs {amount:g} {key} but the Ray cluster has "
                             f"{have.get(key, 0.0):g}: lower --num-env-runners/--runner-cpus/"
-                            f"--learner-gpus or add nodes")
+                            f"--num-learners/--learner-gpus or add nodes")
 
 
 class RayBackend:
     def __init__(self, cfg: TrainConfig, video_dir: str | None = None):
         ensure_ray(cfg)
+        self.cfg = cfg
         r = cfg.runner
         self.runners = [
-            RemoteEnvRunner.options(num_cpus=r.runner_cpus).remote(cfg, i, video_dir)
+            RemoteEnvRunner.options(num_cpus=r.runner_cpus, scheduling_strategy="SPREAD",
+                                    max_restarts=r.runner_max_restarts, max_task_retries=0
+                                    ).remote(cfg, i, video_dir)
             for i in range(r.num_env_runners)
         ]
-        obs_shape, num_actions = ray.get(self.runners[0].env_spec.remote(), timeout=SAMPLE_TIMEOUT_S)
-        lr = cfg.learner
-        self.learner = RemoteLearner.options(num_cpus=lr.learner_cpus, num_gpus=lr.learner_gpus).remote(
-            cfg, obs_shape, num_actions)
-        # Wait until every actor is up: like CleanRL's SPS timer, ours starts after construction.
-        ray.get([a.pid.remote() for a in self.runners + [self.learner]], timeout=SAMPLE_TIMEOUT_S)
+        self.obs_shape, self.num_actions = self._get(self.runners[0].env_spec.remote(), "runner 0")
+        self.learners = self._make_learners()
         self.num_env_runners = r.num_env_runners
-        self.num_learners = 1
+        self.num_learners = cfg.learner.num_learners
         self.runner_restarts = 0
         self.timings = {"t_transfer_s": 0.0, "t_wait_s": 0.0}
         self._weights = None
+        # Wait until every actor is up: like CleanRL's SPS timer, ours starts after construction.
+        runner_nodes = ray.get([a.node_id.remote() for a in self.runners], timeout=CALL_TIMEOUT_S)
+        device = ray.get(self.learners[0].device.remote(), timeout=CALL_TIMEOUT_S)
+        print(f"ray: {len(self.runners)} env runners on {len(set(runner_nodes))} node(s), "
+              f"{len(self.learners)} learner(s) on {device}", flush=True)
 
+    def _get(self, ref, who: str):
+        try:
+            return ray.get(ref, timeout=CALL_TIMEOUT_S)
+        except RayTaskError as exc:
+            raise RunnerFailure(str(exc.cause)) from None
+        except RayActorError as exc:  # its constructor raised: name the cause, not Ray's dump
+            lines = [line for line in str(exc).splitlines() if "EnvError:" in line]
+            raise RunnerFailure(lines[-1].split("EnvError: ", 1)[1] if lines else f"{who} died") from None
+        except GetTimeoutError:
+            raise RunnerFailure(f"{who} did not answer within {CALL_TIMEOUT_S:.0f} s") from None
+
+    def _make_learners(self) -> list:
+        lr, m = self.cfg.learner, self.cfg.learner.num_learners
+        learners = [RemoteLearner.options(num_cpus=lr.learner_cpus, num_gpus=lr.learner_gpus,
+                                          max_restarts=0).remote(self.cfg, self.obs_shape,
+                                                                 self.num_actions, rank)
+                    for rank in range(m)]
+        if m > 1:
+            addr, port = ray.get(learners[0].rendezvous_address.remote(), timeout=CALL_TIMEOUT_S)
+            ray.get([l.init_group.remote(addr, port, rank, m) for rank, l in enumerate(learners)],
+                    timeout=CALL_TIMEOUT_S)
+        ray.get([l.pid.remote() for l in learners], timeout=CALL_TIMEOUT_S)
+        return learners
+
+    # -- sampling ---------------------------------------------------------------------------
     def broadcast_weights(self, version: int) -> None:
         # The learner's return value is put into the object store once; every runner reads it.
-        self._weights = self.learner.get_weights.remote()
+        self._weights = self.learners[0].get_weights.remote()
 
-    def sample(self, version: int) -> list[RolloutBatch]:
+    def start_sample(self, version: int):
         start = time.perf_counter()
         refs = [runner.sample.remote(self._weights, version) for runner in self.runners]
-        batches = ray.get(refs, timeout=SAMPLE_TIMEOUT_S)
+        return start, refs, self._weights, version
+
+    def finish_sample(self, handle) -> list[RolloutBatch]:
+        start, refs, weights, version = handle
+        batches = [self._collect(i, ref, weights, version) for i, ref in enumerate(refs)]
         busy = max(b.t_env_s + b.t_infer_s for b in batches)
         self.timings["t_wait_s"] = max(time.perf_counter() - start - busy, 0.0)
         return batches
 
+    def _collect(self, i: int, ref, weights, version: int) -> RolloutBatch:
+        """Runner i's batch; if its process died, Ray restarts it and we ask again."""
+        for _ in range(self.cfg.runner.runner_max_restarts + 1):
+            try:
+                return ray.get(ref, timeout=CALL_TIMEOUT_S)
+            except RayTaskError as exc:  # the env itself raised: no retry can help
+                raise RunnerFailure(str(exc.cause)) from None
+            except RayActorError:
+                self.runner_restarts += 1
+                self._wait_until_alive(i)
+                ref = self.runners[i].sample.remote(weights, version)
+            except GetTimeoutError:
+                raise RunnerFailure(f"env runner {i} did not answer within {CALL_TIMEOUT_S:.0f} s") from None
+        raise RunnerFailure(f"env runner {i} ({self.cfg.env.env_id}) died more than "
+                            f"{self.cfg.runner.runner_max_restarts} times: see its log in the Ray session folder")
+
+    def _wait_until_alive(self, i: int) -> None:
+        """Ray is restarting runner i (its constructor builds fresh envs); wait for it."""
+        deadline = time.time() + RESTART_TIMEOUT_S
+        while time.time() < deadline:
+            try:
+                ray.get(self.runners[i].pid.remote(), timeout=RESTART_TIMEOUT_S)
+                return
+            except RayActorError:
+                time.sleep(0.5)
+            except GetTimeoutError:
+                break
+        raise RunnerFailure(f"env runner {i} ({self.cfg.env.env_id}) did not come back within "
+                            f"{RESTART_TIMEOUT_S:.0f} s after its process died")
+
+    # -- learning ---------------------------------------------------------------------------
     def learn(self, batch: RolloutBatch, iteration: int) -> dict:
-        return ray.get(self.learner.update.remote(batch, iteration), timeout=SAMPLE_TIMEOUT_S)
+        start = time.perf_counter()
+        share = batch.num_envs // len(self.learners)
+        refs = [l.update.remote(batch.env_slice(k * share, (k + 1) * share), iteration)
+                for k, l in enumerate(self.learners)]
+        try:
+            stats = ray.get(refs, timeout=CALL_TIMEOUT_S)
+        except (RayActorError, GetTimeoutError) as exc:
+            raise LearnerFailure(f"a learner failed: {type(exc).__name__}") from None
+        # what the learners did not spend updating went to moving the batch and scheduling
+        self.timings["t_transfer_s"] = max(time.perf_counter() - start - max(s["t_update_s"] for s in stats), 0.0)
+        return stats[0]  # rank 0's losses, as ppo_atari_multigpu.py logs rank 0
 
     def learner_state(self) -> dict:
-        return ray.get(self.learner.state_dict.remote(), timeout=SAMPLE_TIMEOUT_S)
+        return ray.get(self.learners[0].state_dict.remote(), timeout=CALL_TIMEOUT_S)
 
     def load_learner_state(self, state: dict) -> None:
-        ray.get(self.learner.load_state_dict.remote(state), timeout=SAMPLE_TIMEOUT_S)
+        ray.get([l.load_state_dict.remote(state) for l in self.learners], timeout=CALL_TIMEOUT_S)
+
+    def recover_learners(self, state: dict) -> None:
+        """Replace every learner (a broken process group cannot be repaired) and restore them."""
+        for learner in self.learners:
+            ray.kill(learner)
+        self.learners = self._make_learners()
+        self.load_learner_state(state)
+
+    def learner_weights(self) -> list[dict]:
+        return ray.get([l.get_weights.remote() for l in self.learners], timeout=CALL_TIMEOUT_S)
 
     def close(self) -> None:
-        for actor in self.runners + [self.learner]:
+        for actor in self.runners + self.learners:
             ray.kill(actor)

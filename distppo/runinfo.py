@@ -17,6 +17,10 @@ class UserError(Exception):
     """A mistake the user can fix (bad path, bad checkpoint); reported as one line, exit 2."""
 
 
+class TrainingError(RuntimeError):
+    """Training could not go on (an env raised, a process kept dying); one line, exit 1."""
+
+
 def versions() -> dict:
     out = {"python": platform.python_version()}
     for name in LIBRARIES:

@@ -11,11 +11,19 @@ from .rollout import RolloutBatch
 from .sampler import make_sampler
 
 
+class EnvError(RuntimeError):
+    """An env raised inside a runner; the message names the env and the runner."""
+
+
 class EnvRunner:
     def __init__(self, cfg: TrainConfig, runner_index: int, video_dir: str | None = None):
         # Ray sets OMP threads from num_cpus; make the torch thread count the recorded setting.
         torch.set_num_threads(cfg.runner.num_threads)
-        self.sampler = make_sampler(cfg, runner_index, video_dir)
+        self.label = f"env runner {runner_index} ({cfg.env.env_id}, {cfg.env.backend})"
+        try:
+            self.sampler = make_sampler(cfg, runner_index, video_dir)
+        except Exception as exc:
+            raise EnvError(f"{self.label} could not create its envs: {type(exc).__name__}: {exc}") from None
 
     def env_spec(self) -> tuple[tuple, int]:
         return tuple(self.sampler.env.obs_shape), self.sampler.env.num_actions
@@ -23,10 +31,16 @@ class EnvRunner:
     def sample(self, weights: dict, version: int) -> RolloutBatch:
         """Load the iteration's weights (Ray resolved the one shared object) and collect."""
         self.sampler.set_weights(weights, version)
-        return self.sampler.collect()
+        try:
+            return self.sampler.collect()
+        except Exception as exc:
+            raise EnvError(f"{self.label} failed while stepping: {type(exc).__name__}: {exc}") from None
 
     def pid(self) -> int:
         return os.getpid()
+
+    def node_id(self) -> str:
+        return ray.get_runtime_context().get_node_id()
 
 
 RemoteEnvRunner = ray.remote(EnvRunner)

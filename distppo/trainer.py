@@ -19,10 +19,18 @@ from .envs.games import resolve_env_id
 from .metrics import EpisodeTracker, ParquetSink, PhaseTimer, TensorBoardWriter
 from .progress import Progress
 from .rollout import RolloutBatch
-from .runinfo import UserError, default_run_name, read_config_json, write_config_json
+from .runinfo import TrainingError, UserError, default_run_name, read_config_json, write_config_json
 from .sampler import make_sampler
 from .seeds import seed_everything
 from .update import PPOLearner
+
+
+class LearnerFailure(TrainingError):
+    """A learner process died; the loop restores every learner from the last checkpoint."""
+
+
+class RunnerFailure(TrainingError):
+    """An env runner failed for good (an env raised, or restarts were used up)."""
 
 
 class Backend(Protocol):
@@ -30,17 +38,24 @@ class Backend(Protocol):
     num_env_runners: int
     num_learners: int
     runner_restarts: int
+    timings: dict
 
     def broadcast_weights(self, version: int) -> None: ...
-    def sample(self, version: int) -> list[RolloutBatch]: ...
+    def start_sample(self, version: int): ...
+    def finish_sample(self, handle) -> list[RolloutBatch]: ...
     def learn(self, batch: RolloutBatch, iteration: int) -> dict: ...
     def learner_state(self) -> dict: ...
     def load_learner_state(self, state: dict) -> None: ...
+    def recover_learners(self, state: dict) -> None: ...
     def close(self) -> None: ...
 
 
 class LocalBackend:
-    """Everything in this process: runner r's Sampler is built exactly as EnvRunner r builds it."""
+    """Everything in this process: runner r's Sampler is built exactly as EnvRunner r builds it.
+
+    start_sample collects at once, with the weights broadcast last, so --overlap here gives
+    the same numbers (policy lag 1) as on Ray, only without the concurrency.
+    """
 
     def __init__(self, cfg: TrainConfig, video_dir: Optional[str] = None):
         self.samplers = [make_sampler(cfg, r, video_dir) for r in range(cfg.runner.num_env_runners)]
@@ -56,8 +71,11 @@ class LocalBackend:
         for sampler in self.samplers:
             sampler.set_weights(weights, version)
 
-    def sample(self, version: int) -> list[RolloutBatch]:
+    def start_sample(self, version: int) -> list[RolloutBatch]:
         return [s.collect() for s in self.samplers]
+
+    def finish_sample(self, handle: list[RolloutBatch]) -> list[RolloutBatch]:
+        return handle
 
     def learn(self, batch: RolloutBatch, iteration: int) -> dict:
         return self.learner.update(batch, iteration)
@@ -66,6 +84,9 @@ class LocalBackend:
         return self.learner.state_dict()
 
     def load_learner_state(self, state: dict) -> None:
+        self.learner.load_state_dict(state)
+
+    def recover_learners(self, state: dict) -> None:
         self.learner.load_state_dict(state)
 
     def close(self) -> None:
@@ -113,6 +134,16 @@ def prepare_run(cfg: TrainConfig, resume: Optional[str] = None) -> tuple[TrainCo
     return cfg, RunPaths(run_dir, name), None
 
 
+@dataclass
+class Pending:
+    """A rollout in flight: which weights it samples with, for the lag and staleness checks."""
+    handle: object
+    version: int
+
+
+MAX_LEARNER_RECOVERIES = 3
+
+
 def train(cfg: TrainConfig, backend_factory, resume: Optional[str] = None, progress: bool = True,
           fail_at_iteration: Optional[int] = None,
           on_iteration: Optional[Callable[[dict, Optional[str]], None]] = None) -> RunPaths:
@@ -134,49 +165,67 @@ def train(cfg: TrainConfig, backend_factory, resume: Optional[str] = None, progr
     backend = backend_factory(cfg, paths.videos if cfg.env.capture_video else None)
     sink = ParquetSink(paths.parquet)
     tracker = EpisodeTracker()
-    start_iteration, global_step, elapsed_before = 0, 0, 0.0
+    iteration, global_step, elapsed_before = 0, 0, 0.0
     if state is not None:
         backend.load_learner_state(state["learner"])
         set_rng_state(state["rng"])
-        start_iteration, global_step = state["iteration"], state["global_step"]
-        elapsed_before = state["wall_clock_s"]
-        tracker.load_state_dict(state["episodes"])
-        sink.truncate_after(start_iteration)
+        iteration, global_step, elapsed_before = restore_loop(state, sink, tracker)
+    else:  # iteration 0: a learner lost before the first periodic checkpoint has a point to return to
+        save_checkpoint(paths.run_dir, 0, checkpoint_state(backend, 0, 0, 0.0, tracker))
     tb = TensorBoardWriter(paths.run_dir, purge_step=global_step if state else None)
     if state is None:
         tb.add_hparams_text(cfg.to_dict())
     bar = Progress(cfg.ppo.total_timesteps) if progress else None
     timer = PhaseTimer()
     start_time = time.time() - elapsed_before  # CleanRL starts its SPS timer before the first reset
+    pending: Optional[Pending] = None
+    recoveries = 0
     try:
-        for iteration in range(start_iteration + 1, cfg.num_iterations + 1):
+        while iteration < cfg.num_iterations:
+            iteration += 1
             timer.reset()
-            with timer.phase("iteration"):
-                with timer.phase("transfer"):
-                    backend.broadcast_weights(iteration - 1)
-                batches = backend.sample(iteration - 1)
-                stale = [b.runner_index for b in batches if b.weights_version != iteration - 1]
-                if stale:
-                    raise RuntimeError(f"runners {stale} sampled with stale weights at iteration {iteration}")
-                batch = RolloutBatch.concat(batches)
-                global_step += batch.num_steps * batch.num_envs
-                with timer.phase("learn"):
-                    stats = backend.learn(batch, iteration)
-                episode_columns = tracker.add(batch.episode_returns, batch.episode_lengths)
-                wall = time.time() - start_time
-                if fail_at_iteration == iteration:
-                    raise RuntimeError(f"injected failure at iteration {iteration}")
-                ckpt_path = None
-                if iteration % cfg.checkpoint_every == 0 or iteration == cfg.num_iterations:
-                    with timer.phase("checkpoint"):
-                        ckpt_path = save_checkpoint(paths.run_dir, iteration, {
-                            "learner": backend.learner_state(), "iteration": iteration,
-                            "global_step": global_step, "wall_clock_s": wall, "rng": rng_state(),
-                            "episodes": tracker.state_dict(),
-                        })
+            try:
+                with timer.phase("iteration"):
+                    if pending is None:  # no rollout in flight: sample with the newest weights
+                        with timer.phase("transfer"):
+                            backend.broadcast_weights(iteration - 1)
+                        pending = Pending(backend.start_sample(iteration - 1), iteration - 1)
+                    batches, version = backend.finish_sample(pending.handle), pending.version
+                    pending = None
+                    stale = [b.runner_index for b in batches if b.weights_version != version]
+                    if stale:
+                        raise RuntimeError(f"runners {stale} sampled with weights other than "
+                                           f"version {version} at iteration {iteration}")
+                    if cfg.runner.overlap and iteration < cfg.num_iterations:
+                        # runners collect iteration k+1 with weights k-1 while we learn on k
+                        with timer.phase("transfer"):
+                            backend.broadcast_weights(iteration - 1)
+                        pending = Pending(backend.start_sample(iteration - 1), iteration - 1)
+                    batch = RolloutBatch.concat(batches)
+                    with timer.phase("learn"):
+                        stats = backend.learn(batch, iteration)
+            except LearnerFailure:
+                recoveries += 1
+                if recoveries > MAX_LEARNER_RECOVERIES:
+                    raise
+                state = load_checkpoint(latest_checkpoint(paths.run_dir))
+                backend.recover_learners(state["learner"])
+                iteration, global_step, _ = restore_loop(state, sink, tracker)
+                pending = None
+                continue
+            global_step += batch.num_steps * batch.num_envs
+            episode_columns = tracker.add(batch.episode_returns, batch.episode_lengths)
+            wall = time.time() - start_time
+            if fail_at_iteration == iteration:
+                raise RuntimeError(f"injected failure at iteration {iteration}")
+            ckpt_path = None
+            if iteration % cfg.checkpoint_every == 0 or iteration == cfg.num_iterations:
+                with timer.phase("checkpoint"):
+                    ckpt_path = save_checkpoint(paths.run_dir, iteration, checkpoint_state(
+                        backend, iteration, global_step, wall, tracker))
             row = iteration_row(cfg, paths.run_id, backend, batches, stats, timer, iteration,
                                 global_step, wall)
-            row.update(episode_columns)
+            row.update(episode_columns, policy_lag=iteration - 1 - version)
             sink.write(row)
             tb.write(row, list(zip(batch.episode_returns, batch.episode_lengths)))
             if on_iteration is not None:
@@ -189,6 +238,18 @@ def train(cfg: TrainConfig, backend_factory, resume: Optional[str] = None, progr
         tb.close()
         backend.close()
     return paths
+
+
+def checkpoint_state(backend, iteration: int, global_step: int, wall: float, tracker) -> dict:
+    return {"learner": backend.learner_state(), "iteration": iteration, "global_step": global_step,
+            "wall_clock_s": wall, "rng": rng_state(), "episodes": tracker.state_dict()}
+
+
+def restore_loop(state: dict, sink: ParquetSink, tracker: EpisodeTracker) -> tuple[int, int, float]:
+    """Rewind the loop's bookkeeping to a checkpoint; rows past it are dropped, then rewritten."""
+    tracker.load_state_dict(state["episodes"])
+    sink.truncate_after(state["iteration"])
+    return state["iteration"], state["global_step"], state["wall_clock_s"]
 
 
 def iteration_row(cfg, run_id, backend, batches, stats, timer, iteration, global_step, wall) -> dict:
@@ -207,7 +268,7 @@ def iteration_row(cfg, run_id, backend, batches, stats, timer, iteration, global
                                         "old_approx_kl", "approx_kl", "clipfrac", "explained_variance")},
         **timer.as_columns(),
         "num_env_runners": backend.num_env_runners, "num_learners": backend.num_learners,
-        "policy_lag": 0, "runner_restarts": backend.runner_restarts,
+        "policy_lag": 0, "runner_restarts": backend.runner_restarts,  # lag: set by the loop
         "runner_env_s_mean": sum(env_s) / len(env_s), "runner_env_s_max": max(env_s),
         "runner_infer_s_mean": sum(infer_s) / len(infer_s), "runner_infer_s_max": max(infer_s),
     }

@@ -1,12 +1,12 @@
 """The PPO update (CleanRL's optimisation loop) and PPOLearner, the plain object that owns it.
 
-`update()` reads top to bottom like ppo_atari.py / ppo_atari_lstm.py. `grad_sync`, when given,
-is called between backward() and clipping: data-parallel learners average gradients there,
-exactly where ppo_atari_multigpu.py does its all-reduce.
+`update()` reads top to bottom like ppo_atari.py / ppo_atari_lstm.py. `sync`, when given,
+averages gradients across data-parallel learners between backward() and clipping, exactly
+where ppo_atari_multigpu.py does its all-reduce.
 """
 from __future__ import annotations
 
-from typing import Callable, Optional
+from typing import Optional
 
 import numpy as np
 import torch
@@ -20,9 +20,37 @@ from .ppo import (annealed_lr, compute_gae, env_minibatches, explained_variance,
 from .rollout import RolloutBatch
 
 
+class GradAllReduce:
+    """Data parallelism as ppo_atari_multigpu.py does it: after each backward pass, all
+    gradients are flattened into one vector, summed across ranks and divided by the world
+    size, then clipped and applied; every rank applies the same step, so weights stay equal.
+    Needs an initialised torch.distributed process group (gloo on CPU, nccl on GPU)."""
+
+    def __init__(self, world_size: int):
+        self.world_size = world_size
+
+    def grads(self, agent: nn.Module) -> None:
+        import torch.distributed as dist
+        params = [p for p in agent.parameters() if p.grad is not None]
+        flat = torch.cat([p.grad.view(-1) for p in params])  # [sum of numels]
+        dist.all_reduce(flat, op=dist.ReduceOp.SUM)
+        flat /= self.world_size
+        offset = 0
+        for p in params:
+            p.grad.copy_(flat[offset:offset + p.numel()].view_as(p.grad))
+            offset += p.numel()
+
+    def mean(self, value: float) -> float:
+        """A scalar averaged over ranks, so decisions (target_kl early stop) agree everywhere."""
+        import torch.distributed as dist
+        t = torch.tensor([value], dtype=torch.float64)
+        dist.all_reduce(t, op=dist.ReduceOp.SUM)
+        return t.item() / self.world_size
+
+
 def update(agent: nn.Module, optimizer: optim.Optimizer, batch: RolloutBatch, cfg: TrainConfig,
            iteration: int, rng: np.random.Generator, device: torch.device,
-           grad_sync: Optional[Callable[[nn.Module], None]] = None) -> dict:
+           sync: Optional[GradAllReduce] = None) -> dict:
     p = cfg.ppo
     lrnow = annealed_lr(p.learning_rate, iteration, cfg.num_iterations) if p.anneal_lr else p.learning_rate
     optimizer.param_groups[0]["lr"] = lrnow
@@ -78,13 +106,15 @@ def update(agent: nn.Module, optimizer: optim.Optimizer, batch: RolloutBatch, cf
 
             optimizer.zero_grad()
             loss.backward()
-            if grad_sync is not None:
-                grad_sync(agent)
+            if sync is not None:
+                sync.grads(agent)
             nn.utils.clip_grad_norm_(agent.parameters(), p.max_grad_norm)
             optimizer.step()
 
-        if p.target_kl is not None and stats["approx_kl"] > p.target_kl:
-            break
+        if p.target_kl is not None:
+            approx_kl = stats["approx_kl"] if sync is None else sync.mean(stats["approx_kl"])
+            if approx_kl > p.target_kl:
+                break
 
     y_pred, y_true = b_values.cpu().numpy(), b_returns.cpu().numpy()
     stats["explained_variance"] = explained_variance(y_pred, y_true)
@@ -102,18 +132,19 @@ def resolve_device(name: str) -> torch.device:
 class PPOLearner:
     """Owns the agent, the optimizer and the minibatch RNG; plain Python, no Ray."""
 
-    def __init__(self, cfg: TrainConfig, obs_shape: tuple, num_actions: int, seed: int):
+    def __init__(self, cfg: TrainConfig, obs_shape: tuple, num_actions: int, seed: int, rank: int = 0):
         self.cfg = cfg
         self.device = resolve_device(cfg.learner.device)
         torch.manual_seed(seed)  # same seed on every learner: identical initial weights
         self.agent = make_agent(cfg.ppo.algo, obs_shape, num_actions).to(self.device)
         self.optimizer = optim.Adam(self.agent.parameters(), lr=cfg.ppo.learning_rate, eps=1e-5)
-        self.rng = np.random.default_rng(seed)
-        self.grad_sync: Optional[Callable[[nn.Module], None]] = None
+        self.rng = np.random.default_rng(seed + rank)  # rank r shuffles with seed + r, as CleanRL
+        self.rank = rank
+        self.sync: Optional[GradAllReduce] = None
 
     def update(self, batch: RolloutBatch, iteration: int) -> dict:
         return update(self.agent, self.optimizer, batch, self.cfg, iteration, self.rng,
-                      self.device, self.grad_sync)
+                      self.device, self.sync)
 
     def get_weights(self) -> dict:
         """CPU copies of the parameters, for the env runners' policy copies."""
@@ -129,4 +160,6 @@ class PPOLearner:
     def load_state_dict(self, state: dict) -> None:
         self.agent.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
-        self.rng.bit_generator.state = state["learner_rng"]
+        self.rng.bit_generator.state = state["learner_rng"]  # checkpoints hold rank 0's stream
+        if self.rank:  # other ranks derive theirs from it, deterministically and distinct per rank
+            self.rng = np.random.default_rng([self.rank, int(self.rng.integers(2**62))])

@@ -54,7 +54,33 @@ def make_vector_env(env_id: str, backend: str, num_envs: int, seed: int, frame_s
     """
     if num_envs < 1 or frame_stack < 1:
         raise ConfigError(f"num_envs and frame_stack must be >= 1, got {num_envs}, {frame_stack}")
-    resolved = resolve_env_id(env_id, backend)
+    env = _make(resolve_env_id(env_id, backend), backend, num_envs, seed, frame_stack, video_dir)
+    fault_at = os.environ.get(FAULT_VARIABLE)
+    return FaultAfter(env, int(fault_at)) if fault_at else env
+
+
+FAULT_VARIABLE = "DISTPPO_INJECT_ENV_ERROR"
+
+
+class FaultAfter:
+    """Fault injection for resilience tests: with DISTPPO_INJECT_ENV_ERROR=N set in a
+    process, its vector envs raise at step N, as a broken ROM or emulator would."""
+
+    def __init__(self, env: VecEnv, steps: int):
+        self.env, self.steps, self.count = env, steps, 0
+
+    def __getattr__(self, name):
+        return getattr(self.env, name)
+
+    def step(self, actions: np.ndarray) -> StepResult:
+        self.count += 1
+        if self.count >= self.steps:
+            raise RuntimeError(f"emulator error injected at step {self.count} ({FAULT_VARIABLE})")
+        return self.env.step(actions)
+
+
+def _make(resolved, backend: str, num_envs: int, seed: int, frame_stack: int,
+          video_dir: Optional[str]) -> VecEnv:
     if backend == "envpool":
         from distppo.envs.atari_envpool import EnvPoolVecEnv
 

@@ -1,0 +1,155 @@
+"""The Ray runtime: data-parallel learners, overlap, and faults injected by killing real processes."""
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pandas as pd
+import pytest
+import ray
+import torch
+
+from conftest import REPO, run_cli
+from distppo.config import TrainConfig
+from distppo.trainer import LocalBackend, train
+
+SMALL = dict(num_envs=4, num_steps=32, num_minibatches=2, update_epochs=2)
+
+
+def cfg_for(tmp_path, **flat):
+    base = dict(env_id="CartPole-v1", backend="gym", total_timesteps=6 * 128, output_dir=str(tmp_path))
+    return TrainConfig().replace(**{**base, **SMALL, **flat})
+
+
+def test_data_parallel_learners_stay_bit_identical(ray_cluster, tmp_path):
+    from distppo.ray_backend import RayBackend
+    cfg = cfg_for(tmp_path, num_env_runners=2, num_learners=2)
+    backend = RayBackend(cfg)
+    try:
+        initial = backend.learner_weights()[0]
+        for iteration in range(1, 5):
+            backend.broadcast_weights(iteration - 1)
+            batches = backend.finish_sample(backend.start_sample(iteration - 1))
+            from distppo.rollout import RolloutBatch
+            backend.learn(RolloutBatch.concat(batches), iteration)
+        w0, w1 = backend.learner_weights()
+    finally:
+        backend.close()
+    assert all(torch.equal(w0[k], w1[k]) for k in w0)
+    assert not all(torch.equal(w0[k], initial[k]) for k in w0), "the learners did not learn"
+
+
+def test_overlap_has_policy_lag_one_and_matches_local(ray_cluster, tmp_path):
+    from distppo.ray_backend import RayBackend
+    cfg = cfg_for(tmp_path, overlap=True)
+    remote = pd.read_parquet(train(cfg.replace(run_name="ray"), RayBackend, progress=False).parquet)
+    local = pd.read_parquet(train(cfg.replace(run_name="local", local=True), LocalBackend,
+                                  progress=False).parquet)
+    assert remote["policy_lag"].tolist() == [0, 1, 1, 1, 1, 1]
+    cols = ["policy_loss", "value_loss", "approx_kl", "global_step", "policy_lag"]
+    pd.testing.assert_frame_equal(remote[cols], local[cols], check_exact=True)
+    plain = pd.read_parquet(train(cfg.replace(run_name="plain", overlap=False), RayBackend,
+                                  progress=False).parquet)
+    assert plain["policy_lag"].tolist() == [0] * 6
+    assert plain["value_loss"].iloc[2] != remote["value_loss"].iloc[2]  # lag changes the data
+
+
+def _kill_during_run(tmp_path, name, pick_pid, **flat):
+    """Train on Ray; when iteration 2 is written, SIGKILL the process pick_pid(backend) names."""
+    from distppo.ray_backend import RayBackend
+    holder = {}
+
+    def factory(cfg, video_dir):
+        holder["backend"] = RayBackend(cfg, video_dir)
+        return holder["backend"]
+
+    killed = []
+
+    def on_iteration(row, ckpt):
+        if row["iteration"] == 6:
+            b = holder["backend"]
+            holder["final_weights"] = b.learner_weights()
+            holder["final_learner_pids"] = ray.get([l.pid.remote() for l in b.learners])
+        if row["iteration"] == 2 and not killed:
+            pid = pick_pid(holder["backend"])
+            # a moment later the next rollout or update is under way
+            threading.Timer(0.05, os.kill, (pid, signal.SIGKILL)).start()
+            killed.append(pid)
+
+    cfg = cfg_for(tmp_path, env_id="Breakout-v5", backend="envpool", run_name=name,
+                  checkpoint_every=2, **flat)
+    paths = train(cfg, factory, progress=False, on_iteration=on_iteration)
+    assert killed
+    return pd.read_parquet(paths.parquet), holder
+
+
+def test_runner_killed_mid_rollout_is_restarted(ray_cluster, tmp_path):
+    df, _ = _kill_during_run(tmp_path, "runner", lambda b: ray.get(b.runners[1].pid.remote()),
+                             num_env_runners=2)
+    assert df["iteration"].tolist() == list(range(1, 7))  # no row duplicated or missing
+    assert df["global_step"].tolist() == [128 * i for i in range(1, 7)]
+    assert df["runner_restarts"].iloc[-1] == 1
+
+
+def test_learner_killed_is_restored_from_checkpoint(ray_cluster, tmp_path):
+    old_pids = []
+
+    def pick(backend):
+        old_pids.extend(ray.get([l.pid.remote() for l in backend.learners]))
+        return old_pids[1]
+
+    df, holder = _kill_during_run(tmp_path, "learner", pick, num_learners=2)
+    assert df["iteration"].tolist() == list(range(1, 7))
+    assert df["global_step"].tolist() == [128 * i for i in range(1, 7)]
+    assert not set(holder["final_learner_pids"]) & set(old_pids)  # every learner was replaced
+    w0, w1 = holder["final_weights"]
+    assert all(torch.equal(w0[k], w1[k]) for k in w0)  # no silent divergence after recovery
+
+
+def test_env_error_in_runner_is_one_clear_line(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    env["DISTPPO_INJECT_ENV_ERROR"] = "5"
+    proc = subprocess.run(
+        [sys.executable, "-m", "distppo.cli", "train", "--env-id", "Breakout-v5", "--num-envs", "2",
+         "--num-steps", "16", "--num-minibatches", "2", "--total-timesteps", "64",
+         "--output-dir", str(tmp_path)], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1
+    errors = [l for l in proc.stderr.splitlines() if l.startswith("distppo train: error:")]
+    assert len(errors) == 1 and "Traceback" not in proc.stderr.split(errors[0])[1]
+    assert "env runner 0 (Breakout-v5, envpool)" in errors[0] and "emulator error" in errors[0]
+
+
+def test_multi_node_spread_and_node_removal(tmp_path):
+    from ray.cluster_utils import Cluster
+    # the head has no CPUs, so SPREAD puts one runner on each worker: removing a worker
+    # certainly kills a runner (and maybe the learner); the other worker can host them all
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False})
+    workers = [cluster.add_node(num_cpus=3) for _ in range(2)]
+    cluster.wait_for_nodes()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "distppo.cli", "train", "--env-id", "CartPole-v1", "--backend", "gym",
+         "--num-env-runners", "2", "--num-envs", "4", "--num-steps", "256", "--num-minibatches", "2",
+         "--update-epochs", "1", "--total-timesteps", str(40 * 1024), "--checkpoint-every", "5",
+         "--output-dir", str(tmp_path), "--run-name", "mn", "--log-every", "1000"],
+        cwd=REPO, env=dict(os.environ, RAY_ADDRESS=cluster.address), stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True)
+    try:
+        parquet = tmp_path / "mn" / "metrics.parquet"
+        deadline = time.time() + 180
+        while not (parquet.exists() and len(pd.read_parquet(parquet)) >= 3):
+            assert time.time() < deadline and proc.poll() is None, "run did not get going"
+            time.sleep(0.2)
+        cluster.remove_node(workers[0])
+        out, err = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        cluster.shutdown()
+    assert proc.returncode == 0, err[-3000:]
+    assert "2 env runners on 2 node(s)" in out
+    df = pd.read_parquet(tmp_path / "mn" / "metrics.parquet")
+    assert df["iteration"].tolist() == list(range(1, 41))
+    assert df["global_step"].iloc[-1] == 40 * 1024
+    assert df["runner_restarts"].iloc[-1] >= 1
