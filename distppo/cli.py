@@ -10,7 +10,7 @@ import sys
 from typing import Optional
 
 from .config import SECTIONS, ConfigError, TrainConfig, field_docs
-from .runinfo import UserError
+from .runinfo import TrainingError, UserError
 
 EXIT_USAGE = 2
 
@@ -53,6 +53,11 @@ def config_from_args(args: argparse.Namespace, base: Optional[TrainConfig] = Non
     values = {k: v for k, v in vars(args).items() if k in _flat_names()}
     if getattr(args, "cuda", False):
         values["device"] = "cuda"
+    per_runner = getattr(args, "envs_per_runner", None)
+    if per_runner is not None:
+        if per_runner <= 0:
+            raise ConfigError(f"--envs-per-runner must be > 0, got {per_runner}")
+        values["num_envs"] = values.get("num_env_runners", 1) * per_runner
     return (base or TrainConfig()).replace(**values)
 
 
@@ -69,6 +74,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_config_arguments(train)
     train.add_argument("--cuda", action="store_true", default=False,
                        help="require a CUDA learner (same as --device cuda); fails without a GPU")
+    train.add_argument("--envs-per-runner", type=int, default=None, metavar="N",
+                       help="envs per env runner; sets num_envs = num_env_runners * N")
     train.add_argument("--resume", metavar="RUN_DIR", default=None,
                        help="continue the run in RUN_DIR from its last checkpoint (its config wins)")
 
@@ -78,6 +85,9 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--greedy", action="store_true", help="argmax actions instead of sampling")
     ev.add_argument("--video", action="store_true", help="write an MP4 of the first game to RUN_DIR/videos")
     ev.add_argument("--seed", type=int, default=None, help="env seed (default: the run's seed + 10000)")
+
+    from .bench import add_parser as add_bench_parser
+    add_bench_parser(sub)
     return parser
 
 
@@ -89,6 +99,9 @@ def main(argv: Optional[list] = None) -> int:
     except (ConfigError, UserError) as exc:
         print(f"distppo {args.command}: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except TrainingError as exc:
+        print(f"distppo {args.command}: error: {exc}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print(f"distppo {args.command}: interrupted; resume with --resume <run dir>", file=sys.stderr)
         return 130

@@ -97,11 +97,17 @@ class RunnerConfig:
     """CPUs Ray reserves per env runner (fractions allowed)"""
     num_threads: int = 1
     """torch intra-op threads in every process that runs the policy (recorded; decides bit-equality)"""
+    overlap: bool = False
+    """runners collect iteration k+1 with weights k while learners update on k (policy lag 1); off = CleanRL"""
+    runner_max_restarts: int = 3
+    """times Ray restarts a dead env runner; its rollout is re-requested with the same weights"""
 
     def validate(self) -> None:
         _positive(self, "num_env_runners")
         _positive(self, "runner_cpus")
         _positive(self, "num_threads")
+        if self.runner_max_restarts < 0:
+            raise ConfigError(f"--runner-max-restarts must be >= 0, got {self.runner_max_restarts}")
 
 
 @dataclass(frozen=True)
@@ -164,6 +170,12 @@ class TrainConfig:
             raise ConfigError(
                 f"ppo_lstm minibatches hold whole env sequences: num_envs = {e.num_envs} must be "
                 f"divisible by num_minibatches = {p.num_minibatches}")
+        m = self.learner.num_learners
+        if e.num_envs % m or (p.algo == "ppo_lstm" and (e.num_envs // m) % p.num_minibatches) or (
+                (e.num_envs // m) * p.num_steps % p.num_minibatches):
+            raise ConfigError(
+                f"num_envs = {e.num_envs} must split evenly over num_learners = {m}, and each "
+                f"learner's share into num_minibatches = {p.num_minibatches}: adjust the sizes")
         if e.num_envs % self.runner.num_env_runners:
             raise ConfigError(
                 f"num_envs = {e.num_envs} cannot be split evenly over num_env_runners = "
@@ -256,3 +268,4 @@ def _positive(obj, name: str) -> None:
     value = getattr(obj, name)
     if not value > 0:
         raise ConfigError(f"--{_flag(name)} must be > 0, got {value}")
+
