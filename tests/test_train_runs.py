@@ -52,8 +52,8 @@ def test_kill_and_resume(tmp_path):
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     ckpts = tmp_path / "r" / "checkpoints"
     try:
-        _wait_for(lambda: ckpts.is_dir() and len(list(ckpts.glob("ckpt_*.pt"))) >= 2, 120,
-                  "no second checkpoint")
+        _wait_for(lambda: ckpts.is_dir() and len(list(ckpts.glob("ckpt_*.pt"))) >= 3, 120,
+                  "no checkpoint past iteration 5")
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=30)
     finally:
