@@ -37,10 +37,17 @@ class Learner:
                                 world_size=world_size, timeout=GROUP_TIMEOUT)
         self.core.sync = GradAllReduce(world_size)
 
-    def update(self, batch: RolloutBatch, iteration: int) -> dict:
+    def update(self, shares: list, iteration: int) -> dict:
+        """shares: [(batch ObjectRef, first env, end env)], the runners' envs this learner
+        trains on; fetched here, straight from the runners, never through the trainer."""
         start = time.perf_counter()
+        batches = ray.get([ref for ref, _, _ in shares])
+        batch = RolloutBatch.concat([b if (lo, hi) == (0, b.num_envs) else b.env_slice(lo, hi)
+                                     for b, (_, lo, hi) in zip(batches, shares)])
+        fetched = time.perf_counter()
         stats = self.core.update(batch, iteration)
-        stats["t_update_s"] = time.perf_counter() - start
+        stats["t_fetch_s"] = fetched - start
+        stats["t_update_s"] = time.perf_counter() - fetched
         return stats
 
     def get_weights(self) -> dict:

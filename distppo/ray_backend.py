@@ -16,7 +16,7 @@ from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 
 from .config import TrainConfig
 from .learner import RemoteLearner
-from .rollout import RolloutBatch
+from .rollout import RolloutMeta
 from .runinfo import UserError
 from .runners import RemoteEnvRunner
 from .trainer import LearnerFailure, RunnerFailure
@@ -103,27 +103,32 @@ class RayBackend:
 
     def start_sample(self, version: int):
         start = time.perf_counter()
-        refs = [runner.sample.remote(self._weights, version) for runner in self.runners]
+        refs = [self._submit(i, self._weights, version) for i in range(len(self.runners))]
         return start, refs, self._weights, version
 
-    def finish_sample(self, handle) -> list[RolloutBatch]:
-        start, refs, weights, version = handle
-        batches = [self._collect(i, ref, weights, version) for i, ref in enumerate(refs)]
-        busy = max(b.t_env_s + b.t_infer_s for b in batches)
-        self.timings["t_wait_s"] = max(time.perf_counter() - start - busy, 0.0)
-        return batches
+    def _submit(self, i: int, weights, version: int):
+        return self.runners[i].sample.options(num_returns=2).remote(weights, version)
 
-    def _collect(self, i: int, ref, weights, version: int) -> RolloutBatch:
-        """Runner i's batch; if its process died, Ray restarts it and we ask again."""
+    def finish_sample(self, handle) -> tuple[list[RolloutMeta], list]:
+        start, refs, weights, version = handle
+        pairs = [self._collect(i, pair, weights, version) for i, pair in enumerate(refs)]
+        metas = [meta for meta, _ in pairs]
+        busy = max(m.t_env_s + m.t_infer_s for m in metas)
+        self.timings["t_wait_s"] = max(time.perf_counter() - start - busy, 0.0)
+        return metas, [(ref, meta.num_envs) for meta, ref in pairs]
+
+    def _collect(self, i: int, pair, weights, version: int):
+        """Runner i's (meta, batch ref); if its process died, Ray restarts it and we ask again."""
         for _ in range(self.cfg.runner.runner_max_restarts + 1):
+            meta_ref, batch_ref = pair
             try:
-                return ray.get(ref, timeout=CALL_TIMEOUT_S)
+                return ray.get(meta_ref, timeout=CALL_TIMEOUT_S), batch_ref
             except RayTaskError as exc:  # the env itself raised: no retry can help
                 raise RunnerFailure(str(exc.cause)) from None
             except RayActorError:
                 self.runner_restarts += 1
                 self._wait_until_alive(i)
-                ref = self.runners[i].sample.remote(weights, version)
+                pair = self._submit(i, weights, version)
             except GetTimeoutError:
                 raise RunnerFailure(f"env runner {i} did not answer within {CALL_TIMEOUT_S:.0f} s") from None
         raise RunnerFailure(f"env runner {i} ({self.cfg.env.env_id}) died more than "
@@ -144,10 +149,12 @@ class RayBackend:
                             f"{RESTART_TIMEOUT_S:.0f} s after its process died")
 
     # -- learning ---------------------------------------------------------------------------
-    def learn(self, batch: RolloutBatch, iteration: int) -> dict:
+    def learn(self, runner_batches: list, iteration: int) -> dict:
+        """runner_batches: [(batch ref, num_envs)] in runner order; learner k trains on envs
+        [k*S, (k+1)*S) of their concatenation, S = num_envs / num_learners."""
         start = time.perf_counter()
-        share = batch.num_envs // len(self.learners)
-        refs = [l.update.remote(batch.env_slice(k * share, (k + 1) * share), iteration)
+        share = sum(n for _, n in runner_batches) // len(self.learners)
+        refs = [l.update.remote(env_shares(runner_batches, k * share, (k + 1) * share), iteration)
                 for k, l in enumerate(self.learners)]
         try:
             stats = ray.get(refs, timeout=CALL_TIMEOUT_S)
@@ -176,3 +183,14 @@ class RayBackend:
     def close(self) -> None:
         for actor in self.runners + self.learners:
             ray.kill(actor)
+
+
+def env_shares(runner_batches: list, lo: int, hi: int) -> list:
+    """The [(ref, first, end)] pieces of the runners' batches that cover global envs [lo, hi)."""
+    pieces, offset = [], 0
+    for ref, n in runner_batches:
+        a, b = max(lo, offset), min(hi, offset + n)
+        if a < b:
+            pieces.append((ref, a - offset, b - offset))
+        offset += n
+    return pieces

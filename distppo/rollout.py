@@ -10,6 +10,20 @@ from dataclasses import dataclass, field
 import numpy as np
 
 
+@dataclass(frozen=True)
+class RolloutMeta:
+    """What the trainer needs of a batch without its arrays: on Ray the arrays go from the
+    runner to the learners through the object store and never pass through the trainer."""
+    num_steps: int
+    num_envs: int
+    episode_returns: tuple
+    episode_lengths: tuple
+    t_env_s: float
+    t_infer_s: float
+    weights_version: int
+    runner_index: int
+
+
 @dataclass
 class RolloutBatch:
     obs: np.ndarray          # [T, N, *obs_shape], uint8 (Atari) or float32 (vector obs)
@@ -50,6 +64,11 @@ class RolloutBatch:
                 raise ValueError(f"RolloutBatch.{name} has shape {getattr(self, name).shape}")
         if self.lstm_state is not None and self.lstm_state[0].shape[1] != n:
             raise ValueError("RolloutBatch.lstm_state does not match the number of envs")
+
+    def meta(self) -> RolloutMeta:
+        return RolloutMeta(self.num_steps, self.num_envs, tuple(self.episode_returns),
+                           tuple(self.episode_lengths), self.t_env_s, self.t_infer_s,
+                           self.weights_version, self.runner_index)
 
     @staticmethod
     def concat(batches: list["RolloutBatch"]) -> "RolloutBatch":

@@ -7,7 +7,7 @@ import ray
 import torch
 
 from .config import TrainConfig
-from .rollout import RolloutBatch
+from .rollout import RolloutBatch, RolloutMeta
 from .sampler import make_sampler
 
 
@@ -28,13 +28,18 @@ class EnvRunner:
     def env_spec(self) -> tuple[tuple, int]:
         return tuple(self.sampler.env.obs_shape), self.sampler.env.num_actions
 
-    def sample(self, weights: dict, version: int) -> RolloutBatch:
-        """Load the iteration's weights (Ray resolved the one shared object) and collect."""
+    def sample(self, weights: dict, version: int) -> tuple[RolloutMeta, RolloutBatch]:
+        """Load the iteration's weights (Ray resolved the one shared object) and collect.
+
+        Called with num_returns=2: the small meta goes to the trainer, the batch's arrays
+        stay in the object store until the learners fetch them.
+        """
         self.sampler.set_weights(weights, version)
         try:
-            return self.sampler.collect()
+            batch = self.sampler.collect()
         except Exception as exc:
             raise EnvError(f"{self.label} failed while stepping: {type(exc).__name__}: {exc}") from None
+        return batch.meta(), batch
 
     def pid(self) -> int:
         return os.getpid()

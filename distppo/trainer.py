@@ -18,7 +18,7 @@ from .config import TrainConfig
 from .envs.games import resolve_env_id
 from .metrics import EpisodeTracker, ParquetSink, PhaseTimer, TensorBoardWriter
 from .progress import Progress
-from .rollout import RolloutBatch
+from .rollout import RolloutBatch, RolloutMeta
 from .runinfo import TrainingError, UserError, default_run_name, read_config_json, write_config_json
 from .sampler import make_sampler
 from .seeds import seed_everything
@@ -42,8 +42,8 @@ class Backend(Protocol):
 
     def broadcast_weights(self, version: int) -> None: ...
     def start_sample(self, version: int): ...
-    def finish_sample(self, handle) -> list[RolloutBatch]: ...
-    def learn(self, batch: RolloutBatch, iteration: int) -> dict: ...
+    def finish_sample(self, handle) -> tuple[list[RolloutMeta], object]: ...
+    def learn(self, payload, iteration: int) -> dict: ...
     def learner_state(self) -> dict: ...
     def load_learner_state(self, state: dict) -> None: ...
     def recover_learners(self, state: dict) -> None: ...
@@ -74,11 +74,11 @@ class LocalBackend:
     def start_sample(self, version: int) -> list[RolloutBatch]:
         return [s.collect() for s in self.samplers]
 
-    def finish_sample(self, handle: list[RolloutBatch]) -> list[RolloutBatch]:
-        return handle
+    def finish_sample(self, handle: list[RolloutBatch]) -> tuple[list[RolloutMeta], list[RolloutBatch]]:
+        return [b.meta() for b in handle], handle
 
-    def learn(self, batch: RolloutBatch, iteration: int) -> dict:
-        return self.learner.update(batch, iteration)
+    def learn(self, batches: list[RolloutBatch], iteration: int) -> dict:
+        return self.learner.update(RolloutBatch.concat(batches), iteration)
 
     def learner_state(self) -> dict:
         return self.learner.state_dict()
@@ -190,9 +190,9 @@ def train(cfg: TrainConfig, backend_factory, resume: Optional[str] = None, progr
                         with timer.phase("transfer"):
                             backend.broadcast_weights(iteration - 1)
                         pending = Pending(backend.start_sample(iteration - 1), iteration - 1)
-                    batches, version = backend.finish_sample(pending.handle), pending.version
-                    pending = None
-                    stale = [b.runner_index for b in batches if b.weights_version != version]
+                    metas, payload = backend.finish_sample(pending.handle)
+                    version, pending = pending.version, None
+                    stale = [m.runner_index for m in metas if m.weights_version != version]
                     if stale:
                         raise RuntimeError(f"runners {stale} sampled with weights other than "
                                            f"version {version} at iteration {iteration}")
@@ -201,9 +201,8 @@ def train(cfg: TrainConfig, backend_factory, resume: Optional[str] = None, progr
                         with timer.phase("transfer"):
                             backend.broadcast_weights(iteration - 1)
                         pending = Pending(backend.start_sample(iteration - 1), iteration - 1)
-                    batch = RolloutBatch.concat(batches)
                     with timer.phase("learn"):
-                        stats = backend.learn(batch, iteration)
+                        stats = backend.learn(payload, iteration)
             except LearnerFailure:
                 recoveries += 1
                 if recoveries > MAX_LEARNER_RECOVERIES:
@@ -213,8 +212,10 @@ def train(cfg: TrainConfig, backend_factory, resume: Optional[str] = None, progr
                 iteration, global_step, _ = restore_loop(state, sink, tracker)
                 pending = None
                 continue
-            global_step += batch.num_steps * batch.num_envs
-            episode_columns = tracker.add(batch.episode_returns, batch.episode_lengths)
+            global_step += sum(m.num_steps * m.num_envs for m in metas)
+            returns = [r for m in metas for r in m.episode_returns]
+            lengths = [n for m in metas for n in m.episode_lengths]
+            episode_columns = tracker.add(returns, lengths)
             wall = time.time() - start_time
             if fail_at_iteration == iteration:
                 raise RuntimeError(f"injected failure at iteration {iteration}")
@@ -223,11 +224,11 @@ def train(cfg: TrainConfig, backend_factory, resume: Optional[str] = None, progr
                 with timer.phase("checkpoint"):
                     ckpt_path = save_checkpoint(paths.run_dir, iteration, checkpoint_state(
                         backend, iteration, global_step, wall, tracker))
-            row = iteration_row(cfg, paths.run_id, backend, batches, stats, timer, iteration,
+            row = iteration_row(cfg, paths.run_id, backend, metas, stats, timer, iteration,
                                 global_step, wall)
             row.update(episode_columns, policy_lag=iteration - 1 - version)
             sink.write(row)
-            tb.write(row, list(zip(batch.episode_returns, batch.episode_lengths)))
+            tb.write(row, list(zip(returns, lengths)))
             if on_iteration is not None:
                 on_iteration(row, ckpt_path)
             if bar is not None and (iteration % cfg.log_every == 0 or iteration == cfg.num_iterations):
@@ -252,10 +253,10 @@ def restore_loop(state: dict, sink: ParquetSink, tracker: EpisodeTracker) -> tup
     return state["iteration"], state["global_step"], state["wall_clock_s"]
 
 
-def iteration_row(cfg, run_id, backend, batches, stats, timer, iteration, global_step, wall) -> dict:
+def iteration_row(cfg, run_id, backend, metas, stats, timer, iteration, global_step, wall) -> dict:
     """One Parquet row (schema in metrics.py); the episode columns come from EpisodeTracker."""
-    env_s = [b.t_env_s for b in batches]
-    infer_s = [b.t_infer_s for b in batches]
+    env_s = [m.t_env_s for m in metas]
+    infer_s = [m.t_infer_s for m in metas]
     timer.add("env", max(env_s))
     timer.add("infer", max(infer_s))
     timer.add("wait", backend.timings.get("t_wait_s", 0.0))

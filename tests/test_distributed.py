@@ -31,14 +31,21 @@ def test_data_parallel_learners_stay_bit_identical(ray_cluster, tmp_path):
         initial = backend.learner_weights()[0]
         for iteration in range(1, 5):
             backend.broadcast_weights(iteration - 1)
-            batches = backend.finish_sample(backend.start_sample(iteration - 1))
-            from distppo.rollout import RolloutBatch
-            backend.learn(RolloutBatch.concat(batches), iteration)
+            _, payload = backend.finish_sample(backend.start_sample(iteration - 1))
+            backend.learn(payload, iteration)
         w0, w1 = backend.learner_weights()
     finally:
         backend.close()
     assert all(torch.equal(w0[k], w1[k]) for k in w0)
     assert not all(torch.equal(w0[k], initial[k]) for k in w0), "the learners did not learn"
+
+
+def test_env_shares_split_runner_batches_by_env():
+    from distppo.ray_backend import env_shares
+    runners = [("a", 4), ("b", 4), ("c", 4)]  # 3 runners x 4 envs over 2 learners x 6 envs
+    assert env_shares(runners, 0, 6) == [("a", 0, 4), ("b", 0, 2)]
+    assert env_shares(runners, 6, 12) == [("b", 2, 4), ("c", 0, 4)]
+    assert env_shares([("a", 8)], 4, 8) == [("a", 4, 8)]
 
 
 def test_overlap_has_policy_lag_one_and_matches_local(ray_cluster, tmp_path):
