@@ -125,9 +125,11 @@ def cmd_bench(args) -> int:
     variants = parse_variants(args.variant)
     results: dict = {}
     with tempfile.TemporaryDirectory(prefix="distppo-bench-") as tmp:
-        for algo in args.algo:
-            for name, flags in variants:
-                for rep in range(args.repeats):
+        # repeats outermost: the variants interleave, so a slow minute on the machine
+        # hits all of them rather than one
+        for rep in range(args.repeats):
+            for algo in args.algo:
+                for name, flags in variants:
                     workdir = os.path.join(tmp, f"{algo}-{name}-{rep}")
                     train_args = ["--env-id", args.env_id, "--backend", args.backend, "--algo", algo,
                                   "--total-timesteps", str(args.total_timesteps),
