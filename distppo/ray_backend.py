@@ -165,7 +165,10 @@ class RayBackend:
         return stats[0]  # rank 0's losses, as ppo_atari_multigpu.py logs rank 0
 
     def learner_state(self) -> dict:
-        return ray.get(self.learners[0].state_dict.remote(), timeout=CALL_TIMEOUT_S)
+        try:
+            return ray.get(self.learners[0].state_dict.remote(), timeout=CALL_TIMEOUT_S)
+        except (RayActorError, GetTimeoutError) as exc:
+            raise LearnerFailure(f"learner 0 failed: {type(exc).__name__}") from None
 
     def load_learner_state(self, state: dict) -> None:
         ray.get([l.load_state_dict.remote(state) for l in self.learners], timeout=CALL_TIMEOUT_S)

@@ -161,96 +161,122 @@ def train(cfg: TrainConfig, backend_factory, resume: Optional[str] = None, progr
     seed_everything(cfg.seed)
     torch.set_num_threads(cfg.runner.num_threads)
     torch.backends.cudnn.deterministic = cfg.torch_deterministic
-
-    backend = backend_factory(cfg, paths.videos if cfg.env.capture_video else None)
-    sink = ParquetSink(paths.parquet)
-    tracker = EpisodeTracker()
-    iteration, global_step, elapsed_before = 0, 0, 0.0
-    if state is not None:
-        backend.load_learner_state(state["learner"])
-        set_rng_state(state["rng"])
-        iteration, global_step, elapsed_before = restore_loop(state, sink, tracker)
-    else:  # iteration 0: a learner lost before the first periodic checkpoint has a point to return to
-        save_checkpoint(paths.run_dir, 0, checkpoint_state(backend, 0, 0, 0.0, tracker))
-    tb = TensorBoardWriter(paths.run_dir, purge_step=global_step if state else None)
-    if state is None:
-        tb.add_hparams_text(cfg.to_dict())
-    bar = Progress(cfg.ppo.total_timesteps) if progress else None
-    timer = PhaseTimer()
-    start_time = time.time() - elapsed_before  # CleanRL starts its SPS timer before the first reset
-    pending: Optional[Pending] = None
-    recoveries = 0
+    loop = Loop(cfg, paths, backend_factory(cfg, paths.videos if cfg.env.capture_video else None),
+                state, progress)
     try:
-        while iteration < cfg.num_iterations:
-            iteration += 1
-            timer.reset()
+        while loop.iteration < cfg.num_iterations:
+            loop.iteration += 1
             try:
-                with timer.phase("iteration"):
-                    if pending is None:  # no rollout in flight: sample with the newest weights
-                        with timer.phase("transfer"):
-                            backend.broadcast_weights(iteration - 1)
-                        pending = Pending(backend.start_sample(iteration - 1), iteration - 1)
-                    metas, payload = backend.finish_sample(pending.handle)
-                    version, pending = pending.version, None
-                    stale = [m.runner_index for m in metas if m.weights_version != version]
-                    if stale:
-                        raise RuntimeError(f"runners {stale} sampled with weights other than "
-                                           f"version {version} at iteration {iteration}")
-                    if cfg.runner.overlap and iteration < cfg.num_iterations:
-                        # runners collect iteration k+1 with weights k-1 while we learn on k
-                        with timer.phase("transfer"):
-                            backend.broadcast_weights(iteration - 1)
-                        pending = Pending(backend.start_sample(iteration - 1), iteration - 1)
-                    with timer.phase("learn"):
-                        stats = backend.learn(payload, iteration)
-            except LearnerFailure:
-                recoveries += 1
-                if recoveries > MAX_LEARNER_RECOVERIES:
-                    raise
-                state = load_checkpoint(latest_checkpoint(paths.run_dir))
-                backend.recover_learners(state["learner"])
-                iteration, global_step, _ = restore_loop(state, sink, tracker)
-                pending = None
-                continue
-            global_step += sum(m.num_steps * m.num_envs for m in metas)
-            returns = [r for m in metas for r in m.episode_returns]
-            lengths = [n for m in metas for n in m.episode_lengths]
-            episode_columns = tracker.add(returns, lengths)
-            wall = time.time() - start_time
-            if fail_at_iteration == iteration:
-                raise RuntimeError(f"injected failure at iteration {iteration}")
-            ckpt_path = None
-            if iteration % cfg.checkpoint_every == 0 or iteration == cfg.num_iterations:
-                with timer.phase("checkpoint"):
-                    ckpt_path = save_checkpoint(paths.run_dir, iteration, checkpoint_state(
-                        backend, iteration, global_step, wall, tracker))
-            row = iteration_row(cfg, paths.run_id, backend, metas, stats, timer, iteration,
-                                global_step, wall)
-            row.update(episode_columns, policy_lag=iteration - 1 - version)
-            sink.write(row)
-            tb.write(row, list(zip(returns, lengths)))
-            if on_iteration is not None:
-                on_iteration(row, ckpt_path)
-            if bar is not None and (iteration % cfg.log_every == 0 or iteration == cfg.num_iterations):
-                bar.update(global_step, row["sps"], tracker.last100_mean())
+                metas, stats, version = loop.sample_and_learn()
+                loop.record(metas, stats, version, fail_at_iteration, on_iteration)
+            except LearnerFailure:  # also while checkpointing: record() writes rows last
+                loop.recover()
     finally:
-        if bar is not None:
-            bar.close()
-        tb.close()
-        backend.close()
+        loop.close()
     return paths
 
 
-def checkpoint_state(backend, iteration: int, global_step: int, wall: float, tracker) -> dict:
-    return {"learner": backend.learner_state(), "iteration": iteration, "global_step": global_step,
-            "wall_clock_s": wall, "rng": rng_state(), "episodes": tracker.state_dict()}
+class Loop:
+    """The state of one run's iteration loop: counters, writers, the rollout in flight."""
 
+    def __init__(self, cfg: TrainConfig, paths: RunPaths, backend, state: Optional[dict], progress: bool):
+        self.cfg, self.paths, self.backend = cfg, paths, backend
+        self.sink = ParquetSink(paths.parquet)
+        self.tracker = EpisodeTracker()
+        self.iteration, self.global_step, elapsed_before = 0, 0, 0.0
+        if state is not None:
+            backend.load_learner_state(state["learner"])
+            set_rng_state(state["rng"])
+            elapsed_before = self.restore(state)
+        else:  # iteration 0: a learner lost before the first periodic checkpoint can return here
+            save_checkpoint(paths.run_dir, 0, self.checkpoint_state(0.0))
+        self.tb = TensorBoardWriter(paths.run_dir, purge_step=self.global_step if state else None)
+        if state is None:
+            self.tb.add_hparams_text(cfg.to_dict())
+        self.bar = Progress(cfg.ppo.total_timesteps) if progress else None
+        self.timer = PhaseTimer()
+        self.start_time = time.time() - elapsed_before  # CleanRL's SPS timer: after construction
+        self.pending: Optional[Pending] = None
+        self.recoveries = 0
 
-def restore_loop(state: dict, sink: ParquetSink, tracker: EpisodeTracker) -> tuple[int, int, float]:
-    """Rewind the loop's bookkeeping to a checkpoint; rows past it are dropped, then rewritten."""
-    tracker.load_state_dict(state["episodes"])
-    sink.truncate_after(state["iteration"])
-    return state["iteration"], state["global_step"], state["wall_clock_s"]
+    def sample_and_learn(self) -> tuple[list[RolloutMeta], dict, int]:
+        """One iteration's rollout and update; returns the rollout's metas, the losses, and
+        the weight version the rollout was sampled with."""
+        cfg, backend, timer, iteration = self.cfg, self.backend, self.timer, self.iteration
+        timer.reset()
+        with timer.phase("iteration"):
+            if self.pending is None:  # no rollout in flight: sample with the newest weights
+                self.start_sample(iteration - 1)
+            metas, payload = backend.finish_sample(self.pending.handle)
+            version, self.pending = self.pending.version, None
+            stale = [m.runner_index for m in metas if m.weights_version != version]
+            if stale:
+                raise RuntimeError(f"runners {stale} sampled with weights other than "
+                                   f"version {version} at iteration {iteration}")
+            if cfg.runner.overlap and iteration < cfg.num_iterations:
+                # runners collect iteration k+1 with the weights of k while we learn on k
+                self.start_sample(iteration - 1)
+            with timer.phase("learn"):
+                stats = backend.learn(payload, iteration)
+        return metas, stats, version
+
+    def start_sample(self, version: int) -> None:
+        with self.timer.phase("transfer"):
+            self.backend.broadcast_weights(version)
+        self.pending = Pending(self.backend.start_sample(version), version)
+
+    def record(self, metas, stats, version, fail_at_iteration, on_iteration) -> None:
+        """Count the steps and games, checkpoint when due, write the row everywhere."""
+        cfg, iteration = self.cfg, self.iteration
+        self.global_step += sum(m.num_steps * m.num_envs for m in metas)
+        returns = [r for m in metas for r in m.episode_returns]
+        lengths = [n for m in metas for n in m.episode_lengths]
+        episode_columns = self.tracker.add(returns, lengths)
+        wall = time.time() - self.start_time
+        if fail_at_iteration == iteration:
+            raise RuntimeError(f"injected failure at iteration {iteration}")
+        ckpt_path = None
+        if iteration % cfg.checkpoint_every == 0 or iteration == cfg.num_iterations:
+            with self.timer.phase("checkpoint"):
+                ckpt_path = save_checkpoint(self.paths.run_dir, iteration, self.checkpoint_state(wall))
+        row = iteration_row(cfg, self.paths.run_id, self.backend, metas, stats, self.timer,
+                            iteration, self.global_step, wall)
+        row.update(episode_columns, policy_lag=iteration - 1 - version)
+        self.sink.write(row)
+        self.tb.write(row, list(zip(returns, lengths)))
+        if on_iteration is not None:
+            on_iteration(row, ckpt_path)
+        if self.bar is not None and (iteration % cfg.log_every == 0 or iteration == cfg.num_iterations):
+            self.bar.update(self.global_step, row["sps"], self.tracker.last100_mean())
+
+    def recover(self) -> None:
+        """A learner died: replace every learner and rewind to the last checkpoint."""
+        self.recoveries += 1
+        if self.recoveries > MAX_LEARNER_RECOVERIES:
+            raise LearnerFailure(f"learners died {self.recoveries} times; giving up")
+        state = load_checkpoint(latest_checkpoint(self.paths.run_dir))
+        self.backend.recover_learners(state["learner"])
+        self.restore(state)
+        self.pending = None  # a rollout in flight was sampled with weights we just discarded
+
+    def checkpoint_state(self, wall: float) -> dict:
+        return {"learner": self.backend.learner_state(), "iteration": self.iteration,
+                "global_step": self.global_step, "wall_clock_s": wall, "rng": rng_state(),
+                "episodes": self.tracker.state_dict()}
+
+    def restore(self, state: dict) -> float:
+        """Rewind the bookkeeping to a checkpoint; rows past it are dropped, then rewritten.
+        Returns the wall-clock seconds the run had spent up to the checkpoint."""
+        self.tracker.load_state_dict(state["episodes"])
+        self.sink.truncate_after(state["iteration"])
+        self.iteration, self.global_step = state["iteration"], state["global_step"]
+        return state["wall_clock_s"]
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+        self.tb.close()
+        self.backend.close()
 
 
 def iteration_row(cfg, run_id, backend, metas, stats, timer, iteration, global_step, wall) -> dict:
