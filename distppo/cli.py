@@ -79,6 +79,9 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--resume", metavar="RUN_DIR", default=None,
                        help="continue the run in RUN_DIR from its last checkpoint (its config wins)")
 
+    from .sweep_cli import add_sweep_parser
+    add_sweep_parser(sub)
+
     ev = sub.add_parser("eval", help="play a run's latest checkpoint and print its return")
     ev.add_argument("run_dir", help="the run folder (holds config.json and checkpoints/)")
     ev.add_argument("--episodes", type=int, default=10, help="full games to play (default: 10)")
@@ -88,6 +91,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     from .bench import add_parser as add_bench_parser
     add_bench_parser(sub)
+    from .report import add_parser as add_report_parser  # pandas loads in its handler only
+    add_report_parser(sub)
     return parser
 
 

@@ -269,3 +269,73 @@ def _positive(obj, name: str) -> None:
     if not value > 0:
         raise ConfigError(f"--{_flag(name)} must be > 0, got {value}")
 
+
+@dataclass(frozen=True)
+class SweepConfig:
+    """A grid of training runs (games x algos x seeds), one Ray Tune trial each (sweep.py)."""
+    train: TrainConfig = field(default_factory=TrainConfig)
+    """settings every trial shares (backend, total_timesteps, sizes, runner/learner resources, checkpoint_every, local); env_id, algo and seed come from the grid"""
+    games: tuple[str, ...] = ()
+    """env ids, already expanded (sweep.expand_games turns `atari57` or a file into ids)"""
+    seeds: tuple[int, ...] = (1, 2, 3)
+    """base seeds; every (game, algo) pair runs once per seed"""
+    algos: tuple[str, ...] = ("ppo",)
+    """algorithms to run on every game: ppo | ppo_lstm"""
+    storage: str = "sweeps"
+    """local folder or a URI pyarrow understands (s3://, gs://, file://); the sweep lives in <storage>/<name>"""
+    name: str = "sweep"
+    """sweep folder name under the storage"""
+    max_concurrent_trials: int = 0
+    """most trials running at once; 0 = as many as the cluster's free resources allow"""
+    max_failures: int = 2
+    """times a crashed trial restarts from its last checkpoint before it counts as failed"""
+    trial_cpus: float = 1.0
+    """CPUs reserved for each trial's own process: the training loop (runners and learner get their own bundles), or the whole run with --local"""
+    fail_once_at_iteration: Optional[int] = None
+    """testing only: every trial's trainer raises once at this iteration (fault injection)"""
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        # games.py imports this module; import it here to keep the import graph acyclic.
+        from .envs.games import resolve_env_id
+        for key, flag in (("games", "--games"), ("seeds", "--seeds"), ("algos", "--algo")):
+            values = getattr(self, key)
+            if not values:
+                raise ConfigError(f"{flag} needs at least one value")
+            if len(set(values)) != len(values):
+                raise ConfigError(f"{flag} lists a value twice: {' '.join(map(str, values))}")
+        for env_id in self.games:
+            resolve_env_id(env_id, self.train.env.backend)
+        for algo in self.algos:
+            self.trial_config(self.games[0], algo, self.seeds[0])  # e.g. ppo_lstm divisibility
+        if not self.name or "/" in self.name or self.name in (".", ".."):
+            raise ConfigError(f"--name {self.name!r} must be a plain folder name")
+        if not self.storage:
+            raise ConfigError("--storage must name a folder or a URI")
+        for key in ("max_concurrent_trials", "max_failures", "trial_cpus"):
+            if getattr(self, key) < 0:
+                raise ConfigError(f"--{_flag(key)} must be >= 0, got {getattr(self, key)}")
+        if self.fail_once_at_iteration is not None:
+            _positive(self, "fail_once_at_iteration")
+
+    def trial_config(self, env_id: str, algo: str, seed: int) -> TrainConfig:
+        """The TrainConfig of one grid point; its run folder is named by its trial id."""
+        return self.train.replace(env_id=env_id, algo=algo, seed=seed,
+                                  run_name=trial_id(env_id, algo, seed))
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @staticmethod
+    def from_dict(d: dict) -> "SweepConfig":
+        kw = dict(d, train=TrainConfig.from_dict(d["train"]))
+        for key in ("games", "seeds", "algos"):
+            kw[key] = tuple(kw[key])
+        return SweepConfig(**kw)
+
+
+def trial_id(env_id: str, algo: str, seed: int) -> str:
+    """Stable across restarts and resumes: the key of trials.parquet and iterations.parquet."""
+    return f"{env_id}__{algo}__{seed}"

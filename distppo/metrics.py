@@ -135,12 +135,52 @@ def _dtype_name(dtype: pa.DataType) -> str:
     return "float64" if dtype == _F else str(dtype)  # pyarrow spells float64 "double"
 
 
-def schema_markdown() -> str:
-    """The schema as a markdown table; docs/metrics.md holds exactly this (a test checks)."""
+def schema_markdown(columns: Sequence[Column] = COLUMNS) -> str:
+    """A schema as a markdown table; docs/metrics.md holds exactly this (tests check)."""
     lines = ["| column | dtype | unit | meaning |", "|---|---|---|---|"]
     lines += [f"| `{c.name}` | {_dtype_name(c.dtype)} | {c.unit} | {c.description} |"
-              for c in COLUMNS]
+              for c in columns]
     return "\n".join(lines) + "\n"
+
+
+# --- Sweep outputs (sweep.py): <storage>/<name>/iterations.parquet and trials.parquet ---------
+
+SWEEP_ITERATION_COLUMNS: tuple[Column, ...] = (
+    Column("trial_id", _S, "-", "sweep trial, `<env_id>__<algo>__<seed>`; also the trial's run_id"),
+) + COLUMNS
+SWEEP_ITERATION_SCHEMA = pa.schema([pa.field(c.name, c.dtype, nullable=False)
+                                    for c in SWEEP_ITERATION_COLUMNS])
+
+TRIAL_COLUMNS: tuple[Column, ...] = (
+    Column("trial_id", _S, "-", "`<env_id>__<algo>__<seed>`, stable across restarts and resumes"),
+    Column("env_id", _S, "-", "game id as given to the sweep"),
+    Column("algo", _S, "-", "ppo or ppo_lstm"),
+    Column("backend", _S, "-", "vector env implementation: envpool or gym"),
+    Column("seed", _I, "-", "base seed of the trial's run"),
+    Column("total_timesteps", _I, "agent steps", "steps the trial is configured to train"),
+    Column("status", _S, "-",
+           "done, failed (crashed more than max_failures times), running, pending or paused, "
+           "when the file was written"),
+    Column("global_step", _I, "agent steps", "steps reached at the trial's last checkpoint"),
+    Column("wall_clock_minutes", _F, "min",
+           "trial start (before env and model construction) to its end, summed over the "
+           "attempts that led to the result (CleanRL's runtime unit); NaN before the first "
+           "checkpoint"),
+    Column("sps_mean", _F, "agent steps/s",
+           "global_step / wall_clock_s at the last checkpoint: the run's average SPS"),
+    Column("final_episodic_return", _F, "game score",
+           "mean return of the last 100 finished games (episodic_return_last100 of the last "
+           "row, CleanRL's definition); NaN when no game finished"),
+    Column("episodes", _I, "games", "games finished over the whole run"),
+    Column("restarts", _I, "-",
+           "times the trial restarted after a crash (Tune's FailureConfig, or --resume of a "
+           "failed trial); a killed driver's sweep resumed with --resume does not count"),
+    Column("node", _S, "-", "hostname of the node that ran the trial's last attempt"),
+    Column("gpu_name", _S, "-", "CUDA device name of the learner; empty on CPU"),
+    Column("versions", _S, "-", "JSON object: python, torch, ray, ale-py, envpool, ... versions"),
+    Column("git_commit", _S, "-", "commit of the distppo source tree; empty when unknown"),
+)
+TRIAL_SCHEMA = pa.schema([pa.field(c.name, c.dtype, nullable=False) for c in TRIAL_COLUMNS])
 
 
 class PhaseTimer:

@@ -48,13 +48,22 @@ def ensure_ray(cfg: TrainConfig) -> None:
                             f"--num-learners/--learner-gpus or add nodes")
 
 
+def runner_strategy():
+    """SPREAD over the cluster, except inside a placement group (a sweep trial): an explicit
+    strategy would take the runners out of the group the trial reserved for them."""
+    from ray.util.placement_group import get_current_placement_group
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+    group = get_current_placement_group()
+    return "SPREAD" if group is None else PlacementGroupSchedulingStrategy(group)
+
+
 class RayBackend:
     def __init__(self, cfg: TrainConfig, video_dir: str | None = None):
         ensure_ray(cfg)
         self.cfg = cfg
         r = cfg.runner
         self.runners = [
-            RemoteEnvRunner.options(num_cpus=r.runner_cpus, scheduling_strategy="SPREAD",
+            RemoteEnvRunner.options(num_cpus=r.runner_cpus, scheduling_strategy=runner_strategy(),
                                     max_restarts=r.runner_max_restarts, max_task_retries=0
                                     ).remote(cfg, i, video_dir)
             for i in range(r.num_env_runners)

@@ -1,0 +1,142 @@
+"""CleanRL / openrlbenchmark reference numbers (package data), joined to our env ids.
+
+The files are copies of `../shared/reference/` (see its README): `runtimes.csv` (minutes per
+game, seed mean, 10M steps), `returns.csv` (return mean and population std over seeds) and
+`hns.csv` (random and human scores). Rows are labelled with the env id printed in the source
+doc, v5 or NoFrameskip-v4; both our ids and theirs are mapped to the v5 form through
+envs/games.py before joining, so either spelling finds the same row.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib import resources
+from typing import Optional, Sequence
+
+import pandas as pd
+
+from .envs.games import ATARI_57, to_gym, to_v5
+from .runinfo import UserError
+
+REFERENCE_STEPS = 10_000_000  # every reference run trained 10M agent steps (40M frames)
+
+# The CleanRL script whose runs match ours most closely, by (algo, backend).
+# CleanRL has no EnvPool LSTM script: ppo_lstm on EnvPool is set beside the gym LSTM one.
+MATCHING_SCRIPT = {("ppo", "gym"): "ppo_atari", ("ppo_lstm", "gym"): "ppo_atari_lstm",
+                   ("ppo", "envpool"): "ppo_atari_envpool",
+                   ("ppo_lstm", "envpool"): "ppo_atari_lstm"}
+# The two reference columns that cover all 57 games (the 57-game CleanRL tables).
+FULL_COVERAGE = ("ppo_atari_envpool_xla_jax", "baselines_ppo2_cnn")
+
+_ATARI_IDS = frozenset(ATARI_57) | frozenset(to_gym(g) for g in ATARI_57)
+
+
+def is_atari(env_id: str) -> bool:
+    return env_id in _ATARI_IDS
+
+
+def game_key(env_id: str) -> str:
+    """The join key: the v5 id for an Atari-57 game, the id itself otherwise."""
+    return to_v5(env_id) if is_atari(env_id) else env_id
+
+
+def game_order(env_ids: Sequence[str]) -> list[str]:
+    """Atari games in the 57-game table order, then any other ids alphabetically."""
+    rank = {g: i for i, g in enumerate(ATARI_57)}
+    return sorted(set(env_ids), key=lambda e: (rank.get(game_key(e), len(rank)), e))
+
+
+def _csv(name: str) -> pd.DataFrame:
+    with resources.files("distppo").joinpath("data", name).open() as f:
+        return pd.read_csv(f)
+
+
+def _canonical(df: pd.DataFrame, own_doc: str) -> pd.DataFrame:
+    """One row per (algo, game): the algo's own benchmark doc wins, else the first listed.
+
+    The same run set is copied into several docs (reference README); `own_doc` is the doc
+    named after the algo, e.g. docs/benchmark/ppo_atari_runtimes.md for ppo_atari.
+    """
+    df = df.assign(game=[game_key(e) for e in df["env_id"]], _order=range(len(df)))
+    own = df["source_doc"] == df["algo"].map(lambda a: own_doc.format(algo=a))
+    df = df.assign(_own=~own).sort_values(["_own", "_order"])
+    return df.drop_duplicates(["algo", "game"]).sort_values("_order").drop(
+        columns=["_own", "_order"]).reset_index(drop=True)
+
+
+@lru_cache(maxsize=None)
+def runtimes() -> pd.DataFrame:
+    """algo, env_id, minutes, source_doc, game: one row per (algo, game)."""
+    return _canonical(_csv("runtimes.csv"), "docs/benchmark/{algo}_runtimes.md")
+
+
+@lru_cache(maxsize=None)
+def returns() -> pd.DataFrame:
+    """algo, env_id, mean, std, source_doc, game: one row per (algo, game)."""
+    return _canonical(_csv("returns.csv"), "docs/benchmark/{algo}.md")
+
+
+@lru_cache(maxsize=None)
+def hns_table() -> dict[str, tuple[float, float]]:
+    """v5 id -> (random score, human score)."""
+    df = _csv("hns.csv")
+    return {game_key(e): (float(r), float(h))
+            for e, r, h in zip(df["env"], df["random"], df["human"])}
+
+
+def names() -> list[str]:
+    """Every reference name, in first-appearance order over runtimes.csv then returns.csv."""
+    seen = list(dict.fromkeys(list(runtimes()["algo"]) + list(returns()["algo"])))
+    return seen
+
+
+def check_names(requested: Sequence[str]) -> list[str]:
+    """The requested names, or a UserError that lists the valid ones."""
+    valid = names()
+    bad = [n for n in requested if n not in valid]
+    if bad:
+        raise UserError(f"unknown reference {', '.join(map(repr, bad))}: choose from "
+                        f"{', '.join(valid)}")
+    return list(dict.fromkeys(requested))
+
+
+def default_names(sections: Sequence[tuple[str, str]]) -> list[str]:
+    """The matching CleanRL script of each (algo, backend), then the two 57-game columns."""
+    picked = [MATCHING_SCRIPT[s] for s in sections if s in MATCHING_SCRIPT]
+    return list(dict.fromkeys(picked + list(FULL_COVERAGE)))
+
+
+@dataclass(frozen=True)
+class RefRuntime:
+    minutes: float
+    source_doc: str
+
+
+@dataclass(frozen=True)
+class RefReturn:
+    mean: float
+    std: float
+    source_doc: str
+
+
+def runtime(name: str, env_id: str) -> Optional[RefRuntime]:
+    df = runtimes()
+    hit = df[(df["algo"] == name) & (df["game"] == game_key(env_id))]
+    if hit.empty:
+        return None
+    return RefRuntime(float(hit["minutes"].iloc[0]), hit["source_doc"].iloc[0])
+
+
+def episodic_return(name: str, env_id: str) -> Optional[RefReturn]:
+    df = returns()
+    hit = df[(df["algo"] == name) & (df["game"] == game_key(env_id))]
+    if hit.empty:
+        return None
+    row = hit.iloc[0]
+    return RefReturn(float(row["mean"]), float(row["std"]), row["source_doc"])
+
+
+def source_docs(name: str) -> dict[str, list[str]]:
+    """Which docs a reference name's runtime and return numbers come from."""
+    return {kind: sorted(set(df.loc[df["algo"] == name, "source_doc"]))
+            for kind, df in (("runtimes", runtimes()), ("returns", returns()))}

@@ -1,0 +1,261 @@
+"""Ray Tune sweep driver: games x algos x seeds, one Tune trial per training run.
+
+Ray is a thin shell here too: a trial is trainer.train() (sweep_trial.py), Tune only schedules,
+restarts and records. Each trial reserves its whole run as one placement group (trial driver,
+learner, runners) so it never starts half-placed; outputs are rebuilt from the trials' run
+copies in the storage (sweep_storage.py, sweep_outputs.py). See docs/sweeps.md.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+import os
+import sys
+import time
+from collections import Counter
+from typing import Sequence, TextIO
+
+import pyarrow.parquet as pq
+import ray
+from ray import tune
+
+from .config import ConfigError, SweepConfig, TrainConfig, trial_id
+from .envs.games import ATARI_57
+from .progress import format_eta
+from .runinfo import UserError
+from .sweep_outputs import (STATUS, TRIALS_FILE, grid, trial_files, write_iterations,
+                            write_trials)
+from .sweep_storage import SWEEP_JSON, TUNER_STATE, SweepStorage
+from .sweep_trial import run_trial
+
+# Trial bundles on one node: rollouts (uint8 frames) then move through that node's shared-memory
+# object store, and child actors draw from the group's node-wide pool, so a runner can never
+# take the CPU of the learner's bundle on another node.
+PLACEMENT_STRATEGY = "STRICT_PACK"
+SUMMARY_EVERY_S = 30.0
+
+
+def expand_games(values: Sequence[str]) -> tuple[str, ...]:
+    """`atari57`, env ids and files with one id per line (`#` comments) -> ids, first seen first."""
+    out: list[str] = []
+    for value in values:
+        if value == "atari57":
+            out += ATARI_57
+        elif os.path.isfile(value):
+            with open(value) as f:
+                out += [line.split("#")[0].strip() for line in f if line.split("#")[0].strip()]
+        else:
+            out.append(value)
+    return tuple(dict.fromkeys(out))
+
+
+def param_space(cfg: SweepConfig) -> dict:
+    """The grid as Tune sees it: env_id x algo x seed, the three columns of Tune's table. The
+    shared settings reach trials through tune.with_parameters, so Tune's per-trial config stays
+    these three. Tune orders the grid seed-major, like CleanRL's launcher."""
+    return {"env_id": tune.grid_search(list(cfg.games)), "algo": tune.grid_search(list(cfg.algos)),
+            "seed": tune.grid_search(list(cfg.seeds))}
+
+
+def trial_bundles(train: TrainConfig, trial_cpus: float) -> list[dict]:
+    """The placement group of one trial; bundle 0 hosts the trial process (Tune's convention)."""
+    if train.local:  # LocalBackend: samplers and learner live in the trial process itself
+        return [{"CPU": trial_cpus, "GPU": train.learner.learner_gpus}]
+    r, lr = train.runner, train.learner
+    return ([{"CPU": trial_cpus}]
+            + [{"CPU": lr.learner_cpus, "GPU": lr.learner_gpus}] * lr.num_learners
+            + [{"CPU": r.runner_cpus}] * r.num_env_runners)
+
+
+def check_fits(bundles: list[dict], nodes: list[dict]) -> None:
+    """Fail up front when no node can ever host a trial; Tune would wait for it forever."""
+    need: Counter = Counter()
+    for bundle in bundles:
+        need.update({k: v for k, v in bundle.items() if v})
+    alive = [n["Resources"] for n in nodes if n.get("Alive")]
+    if any(all(res.get(k, 0.0) >= v - 1e-9 for k, v in need.items()) for res in alive):
+        return
+    best = max(alive, key=lambda res: (res.get("GPU", 0.0), res.get("CPU", 0.0)), default={})
+    have = ", ".join(f"{best.get(k, 0.0):g} {k}" for k in need) or "nothing"
+    raise UserError(
+        f"each trial needs {', '.join(f'{v:g} {k}' for k, v in need.items())} on one node "
+        f"but the largest Ray node has {have}: lower --trial-cpus/--runner-cpus/"
+        f"--num-env-runners/--learner-cpus/--learner-gpus (fractions are fine) or add nodes")
+
+
+def connect_ray() -> None:
+    """Join RAY_ADDRESS when set, else start a local Ray; quiet, so errors stay one line."""
+    if ray.is_initialized():
+        return
+    kwargs = {"log_to_driver": False, "logging_level": logging.WARNING}
+    if not os.environ.get("RAY_ADDRESS"):
+        kwargs["include_dashboard"] = False
+    ray.init(**kwargs)
+
+
+def _trial_name(trial) -> str:
+    return trial_id(trial.config["env_id"], trial.config["algo"], trial.config["seed"])
+
+
+def summary_line(name: str, sweep: dict, trials: list) -> str:
+    """done / running / pending / failed over the whole grid (Tune creates trials lazily), and
+    an ETA: the steps left over the running trials' summed measured SPS."""
+    by_id = {_trial_name(t): t for t in trials}
+    total_steps = sweep["train"]["ppo"]["total_timesteps"]
+    counts: Counter = Counter()
+    remaining, sps = 0, 0.0
+    for point in grid(sweep):
+        t = by_id.get(trial_id(*point))
+        status = STATUS.get(t.status, t.status.lower()) if t else "pending"
+        counts[status] += 1
+        if status in ("done", "failed"):
+            continue
+        result = (t.last_result if t else None) or {}
+        remaining += max(total_steps - int(result.get("global_step", 0)), 0)
+        if status == "running":
+            sps += float(result.get("sps", 0.0))
+    eta = remaining / sps if sps > 0 else math.nan
+    return (f"sweep {name}: {counts['done']}/{sum(counts.values())} done, {counts['running']} "
+            f"running, {counts['pending']} pending, {counts['failed']} failed | {sps:,.0f} SPS | "
+            f"ETA {format_eta(eta)}")
+
+
+class SweepCallback(tune.Callback):
+    """Writes trials.parquet as trials end, both Parquet files at the end, and a summary line.
+
+    Tune pickles it into the sweep's state and brings it back on --resume, so it holds only
+    plain data: the file system (and any credentials it resolved) is rebuilt in each process.
+    """
+
+    def __init__(self, storage: str, name: str, sweep: dict) -> None:
+        self.storage_uri, self.name, self.sweep = storage, name, sweep
+        self._init_runtime()
+
+    def _init_runtime(self) -> None:
+        self._storage, self._done_rows = None, {}
+        self._last_line, self._last_time = "", 0.0
+
+    def __getstate__(self) -> dict:
+        return {"storage_uri": self.storage_uri, "name": self.name, "sweep": self.sweep}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._init_runtime()
+
+    @property
+    def storage(self) -> SweepStorage:
+        if self._storage is None:
+            self._storage = SweepStorage(self.storage_uri, self.name)
+        return self._storage
+
+    def on_trial_complete(self, iteration, trials, trial, **info):
+        files = trial_files(self.storage, self.sweep, trials, ending={trial.trial_id: "done"})
+        write_trials(self.storage, files, self._done_rows)
+
+    def on_trial_error(self, iteration, trials, trial, **info):
+        files = trial_files(self.storage, self.sweep, trials, ending={trial.trial_id: "failed"})
+        write_trials(self.storage, files, self._done_rows)
+
+    def on_step_end(self, iteration, trials, **info):
+        self._summary(trials)
+
+    def on_experiment_end(self, trials, **info):
+        files = trial_files(self.storage, self.sweep, trials)
+        write_trials(self.storage, files, self._done_rows)
+        write_iterations(self.storage, files)
+        self._summary(trials, force=True)
+
+    def _summary(self, trials: list, force: bool = False) -> None:
+        """A line when a trial changes state, and every SUMMARY_EVERY_S in between."""
+        line = summary_line(self.name, self.sweep, trials)
+        changed = line.split(" | ")[0] != self._last_line.split(" | ")[0]
+        if (force and line != self._last_line) or changed or \
+                time.time() - self._last_time > SUMMARY_EVERY_S:
+            print(line, flush=True)
+            self._last_line, self._last_time = line, time.time()
+
+
+def start_sweep(cfg: SweepConfig) -> SweepStorage:
+    """Run a new sweep in <storage>/<name>; returns where its outputs are."""
+    storage = SweepStorage(cfg.storage, cfg.name)
+    # Trials resolve the storage in their own working directory: store it absolute.
+    cfg = dataclasses.replace(cfg, storage=storage.storage)
+    if storage.exists(TUNER_STATE):
+        raise UserError(f"{storage.uri} already holds a sweep: add --resume to continue it or "
+                        "pick another --name")
+    trainable = _prepare(cfg, storage)
+    storage.write_json(SWEEP_JSON, cfg.to_dict())
+    tuner = tune.Tuner(
+        trainable,
+        param_space=param_space(cfg),
+        tune_config=tune.TuneConfig(max_concurrent_trials=cfg.max_concurrent_trials or None,
+                                    trial_name_creator=_trial_name,
+                                    trial_dirname_creator=_trial_name),
+        run_config=tune.RunConfig(
+            # Tune's status table and trial start/end, not every iteration's result.
+            name=cfg.name, storage_path=storage.storage, verbose=1,
+            failure_config=tune.FailureConfig(max_failures=cfg.max_failures),
+            # Tune's checkpoints only point at the run copies (sweep_trial.py): keep two.
+            checkpoint_config=tune.CheckpointConfig(num_to_keep=2),
+            callbacks=[SweepCallback(cfg.storage, cfg.name, cfg.to_dict())]))
+    tuner.fit()
+    return storage
+
+
+def resume_sweep(storage_uri: str, name: str) -> SweepStorage:
+    """Continue an interrupted sweep (Tuner.restore): finished trials are kept as they are,
+    unfinished and failed ones continue from their last checkpoint. Its stored config wins."""
+    storage = SweepStorage(storage_uri, name)
+    if not (storage.exists(SWEEP_JSON) and storage.exists(TUNER_STATE)):
+        raise UserError(f"--resume: {storage.uri} holds no sweep (no {SWEEP_JSON} and Tune "
+                        "state): check --storage and --name")
+    try:
+        cfg = SweepConfig.from_dict(storage.read_json(SWEEP_JSON))
+    except (ConfigError, KeyError, TypeError, ValueError) as exc:
+        raise UserError(f"{storage.uri}/{SWEEP_JSON} is not a valid sweep config ({exc})") from None
+    if cfg.storage != storage.storage:
+        # Trials and Tune's pickled callback name the storage the sweep was created in.
+        raise UserError(f"{storage.uri} was created as {cfg.storage}/{cfg.name}: resume it there "
+                        "(moving a sweep to another storage is not supported)")
+    trainable = _prepare(cfg, storage)
+    tuner = tune.Tuner.restore(storage.uri, trainable, resume_unfinished=True, resume_errored=True)
+    tuner.fit()
+    return storage
+
+
+def _prepare(cfg: SweepConfig, storage: SweepStorage):
+    """Checks that need the cluster or the storage, then the trainable with its resources."""
+    bundles = trial_bundles(cfg.train, cfg.trial_cpus)
+    created = storage.first_missing()
+    storage.probe_write()  # before Ray starts: a bad URI fails in a second, not after a minute
+    connect_ray()
+    try:
+        check_fits(bundles, ray.nodes())
+    except UserError:
+        if created:  # a rejected sweep leaves nothing behind
+            storage.fs.delete_dir(created)
+        raise
+    trainable = tune.with_parameters(run_trial, sweep=cfg.to_dict())
+    return tune.with_resources(trainable, tune.PlacementGroupFactory(bundles, strategy=PLACEMENT_STRATEGY))
+
+
+def final_report(storage: SweepStorage, stream: TextIO = sys.stdout) -> int:
+    """Print where the outputs are; exit status 0 = all done, 1 = some failed, 130 = unfinished."""
+    table = pq.read_table(storage.join(TRIALS_FILE), filesystem=storage.fs)
+    status = Counter(table["status"].to_pylist())
+    print(f"sweep folder: {storage.uri}", file=stream)
+    print(f"trials:       {storage.uri}/{TRIALS_FILE} ({table.num_rows} trials: "
+          + ", ".join(f"{n} {s}" for s, n in sorted(status.items())) + ")", file=stream)
+    print(f"iterations:   {storage.uri}/iterations.parquet", file=stream)
+    if status["done"] == table.num_rows:
+        return 0
+    if status["done"] + status["failed"] == table.num_rows:
+        failed = [t for t, s in zip(table["trial_id"].to_pylist(), table["status"].to_pylist())
+                  if s == "failed"]
+        print(f"{len(failed)} trial(s) failed: {', '.join(failed)}; their errors are in "
+              f"{storage.uri}/<trial_id>/error.txt; --resume retries them", file=sys.stderr)
+        return 1
+    print(f"sweep interrupted: continue it with --storage {storage.storage} --name "
+          f"{storage.name} --resume", file=sys.stderr)
+    return 130

@@ -1,0 +1,130 @@
+"""The sweep's two consolidated Parquet files, rebuilt from the trials' run copies.
+
+Never appended to: each trial's newest complete run copy (sweep_storage.py) holds its
+metrics.parquet, idempotent by (run_id, iteration) and truncated to the checkpoint on resume.
+So however often a trial crashed or the driver was killed and resumed, each
+(trial_id, iteration) appears once and none is missing.
+"""
+from __future__ import annotations
+
+import json
+import math
+import posixpath
+from typing import Optional
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from .config import trial_id
+from .metrics import METRICS_FILENAME, SWEEP_ITERATION_SCHEMA, TRIAL_SCHEMA
+from .sweep_storage import SweepStorage
+
+ITERATIONS_FILE = "iterations.parquet"
+TRIALS_FILE = "trials.parquet"
+# Tune's statuses in our words (docs/sweeps.md).
+STATUS = {"TERMINATED": "done", "ERROR": "failed", "RUNNING": "running", "PENDING": "pending",
+          "PAUSED": "paused"}
+
+
+# --- consolidation -----------------------------------------------------------------------------
+
+def grid(sweep: dict) -> list[tuple[str, str, int]]:
+    """Every (env_id, algo, seed) of the sweep, created by Tune yet or not."""
+    return [(g, a, s) for s in sweep["seeds"] for a in sweep["algos"] for g in sweep["games"]]
+
+
+class TrialFiles:
+    """One grid point: Tune's record of it (if Tune created it yet) and its newest run copy."""
+
+    def __init__(self, storage: SweepStorage, sweep: dict, point: tuple, trial=None,
+                 status: Optional[str] = None) -> None:
+        self.sweep, (self.env_id, self.algo, self.seed) = sweep, point
+        self.trial_id = trial_id(*point)
+        self.status = status or (STATUS.get(trial.status, trial.status.lower()) if trial else "pending")
+        failures = trial.num_failures if trial else 0
+        # The failure that ended a failed trial was not followed by a restart.
+        self.restarts = max(failures - 1, 0) if self.status == "failed" else failures
+        self.storage, self._latest = storage, False
+
+    @property
+    def latest(self) -> Optional[tuple[str, dict]]:
+        """(path, trial.json) of the newest complete run copy; listed on first use only."""
+        if self._latest is False:
+            self._latest = self.storage.latest_run_copy(self.trial_id)
+        return self._latest
+
+    def _read_json(self, name: str) -> dict:
+        with self.storage.fs.open_input_stream(posixpath.join(self.latest[0], name)) as f:
+            return json.loads(f.readall())
+
+    def metrics(self) -> Optional[pa.Table]:
+        """The trial's iteration rows with trial_id in front, in SWEEP_ITERATION_SCHEMA."""
+        if self.latest is None:
+            return None
+        table = pq.read_table(posixpath.join(self.latest[0], METRICS_FILENAME),
+                              filesystem=self.storage.fs)
+        table = table.sort_by("iteration")
+        table = table.add_column(0, "trial_id", pa.array([self.trial_id] * table.num_rows, pa.string()))
+        return table.select(SWEEP_ITERATION_SCHEMA.names).cast(SWEEP_ITERATION_SCHEMA)
+
+    def summary(self) -> dict:
+        """One trials.parquet row (TRIAL_SCHEMA)."""
+        train = self.sweep["train"]
+        row = {"trial_id": self.trial_id, "env_id": self.env_id, "algo": self.algo,
+               "backend": train["env"]["backend"], "seed": self.seed,
+               "total_timesteps": train["ppo"]["total_timesteps"], "status": self.status,
+               "global_step": 0, "wall_clock_minutes": math.nan, "sps_mean": math.nan,
+               "final_episodic_return": math.nan, "episodes": 0, "restarts": self.restarts,
+               "node": "", "gpu_name": "", "versions": "{}", "git_commit": ""}
+        metrics = self.metrics()
+        if metrics is None or metrics.num_rows == 0:
+            return row
+        record, run = self.latest[1], self._read_json("config.json")
+        last = metrics.slice(metrics.num_rows - 1).to_pylist()[0]
+        row.update(global_step=last["global_step"], wall_clock_minutes=record["elapsed_s"] / 60.0,
+                   sps_mean=last["sps"], final_episodic_return=last["episodic_return_last100"],
+                   episodes=int(pc.sum(metrics["episodes"]).as_py()),
+                   node=record.get("node", ""), gpu_name=record.get("gpu_name", ""),
+                   versions=json.dumps(run.get("versions", {}), sort_keys=True),
+                   git_commit=run.get("git_commit") or "")
+        return row
+
+
+def trial_files(storage: SweepStorage, sweep: dict, trials: list,
+                ending: Optional[dict] = None) -> list[TrialFiles]:
+    """One TrialFiles per grid point, sorted by trial_id. `ending` = {Tune trial id: status}
+    for a trial Tune is finishing right now: it sets the status after the callbacks run."""
+    ending = ending or {}
+    by_point: dict = {}
+    for t in trials:
+        # A grid point has one Tune trial, except when a resume re-created one whose record
+        # was lost with the driver; the one Tune considers further along wins.
+        point = (t.config["env_id"], t.config["algo"], t.config["seed"])
+        rank = ("PENDING", "PAUSED", "RUNNING", "ERROR", "TERMINATED").index(t.status)
+        if point not in by_point or rank > by_point[point][0]:
+            by_point[point] = (rank, t)
+    files = []
+    for point in grid(sweep):
+        trial = by_point.get(point, (0, None))[1]
+        status = ending.get(trial.trial_id) if trial is not None else None
+        files.append(TrialFiles(storage, sweep, point, trial, status))
+    return sorted(files, key=lambda f: f.trial_id)
+
+
+def write_trials(storage: SweepStorage, files: list[TrialFiles], cache: dict) -> int:
+    """trials.parquet, one row per grid point; rows of done trials never change: `cache`."""
+    rows = []
+    for f in files:
+        row = cache.get(f.trial_id) or f.summary()
+        if row["status"] == "done":
+            cache[f.trial_id] = row
+        rows.append(row)
+    return storage.write_table(TRIALS_FILE, [pa.Table.from_pylist(rows, schema=TRIAL_SCHEMA)],
+                               TRIAL_SCHEMA)
+
+
+def write_iterations(storage: SweepStorage, files: list[TrialFiles]) -> int:
+    """iterations.parquet: every checkpointed row of every trial, streamed one trial at a time."""
+    tables = (t for t in (f.metrics() for f in files) if t is not None)
+    return storage.write_table(ITERATIONS_FILE, tables, SWEEP_ITERATION_SCHEMA)

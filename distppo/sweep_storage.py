@@ -1,0 +1,152 @@
+"""Where a sweep lives: <storage>/<name> on any pyarrow file system, and the trials' run copies.
+
+Layout (docs/sweeps.md):
+    sweep.json                 the SweepConfig; on --resume the stored one wins
+    trials.parquet, iterations.parquet
+    runs/<trial_id>/<iteration>/   a trial's run folder at a trainer checkpoint; complete once
+                                   its trial.json exists (written last); the newest two are kept
+    <trial_id>/                Tune's trial folder (results, error.txt, pointer checkpoints)
+    tuner.pkl, experiment_state-*.json, ...   Tune's experiment state
+
+Trials restore from, and the driver consolidates from, runs/ alone. Tune's own record of
+checkpoints can lag the storage by a state snapshot (seconds) and, with num_to_keep, can even
+name a checkpoint already deleted when the driver is killed; the newest complete run copy
+is always there.
+"""
+from __future__ import annotations
+
+import json
+import os
+import posixpath
+from typing import Iterable, Optional
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+
+from .runinfo import UserError
+
+SWEEP_JSON = "sweep.json"
+TUNER_STATE = "tuner.pkl"  # Tune's marker of a restorable experiment (Tuner.can_restore)
+TRIAL_JSON = "trial.json"  # sweep bookkeeping of one run copy; its presence marks it complete
+RUNS = "runs"
+KEEP_COPIES = 2
+
+
+class SweepStorage:
+    """<storage>/<name> on a pyarrow file system: a local folder or any URI pyarrow resolves.
+
+    Credentials come from the environment of each process (AWS_* variables, instance roles),
+    never from files: only the URI string is stored, in Tune's state and in sweep.json.
+    """
+
+    def __init__(self, storage: str, name: str) -> None:
+        if "://" not in storage:
+            storage = os.path.abspath(storage)  # Tune wants absolute local paths
+        self.storage = storage.rstrip("/") or "/"
+        self.name = name
+        try:
+            self.fs, root = pafs.FileSystem.from_uri(self.storage)
+        except (pa.ArrowException, OSError, ValueError) as exc:
+            raise UserError(f"--storage {storage}: {_first_line(exc)}") from None
+        self.path = posixpath.join(root, name)
+
+    @property
+    def uri(self) -> str:
+        """The sweep folder as Tune names it (storage URI + name, query string kept last)."""
+        base, sep, query = self.storage.partition("?")
+        return f"{base.rstrip('/')}/{self.name}{sep}{query}"
+
+    def join(self, *parts: str) -> str:
+        return posixpath.join(self.path, *parts)
+
+    def exists(self, *parts: str) -> bool:
+        return self._exists_path(self.join(*parts))
+
+    def first_missing(self) -> Optional[str]:
+        """The outermost folder of the sweep path that does not exist yet (None if it does)."""
+        missing, path = None, self.path
+        while path not in ("", "/") and not self._exists_path(path):
+            missing, path = path, posixpath.dirname(path)
+        return missing
+
+    def _exists_path(self, path: str) -> bool:
+        try:
+            return self.fs.get_file_info(path).type != pafs.FileType.NotFound
+        except OSError as exc:
+            raise UserError(f"storage {self.uri} cannot be read: {_first_line(exc)}") from None
+
+    def probe_write(self) -> None:
+        """Write and delete a small file, so an unwritable storage fails now, not in a trial."""
+        probe = self.join(".distppo_probe")
+        try:
+            self.fs.create_dir(self.path, recursive=True)
+            with self.fs.open_output_stream(probe) as f:
+                f.write(b"ok")
+            self.fs.delete_file(probe)
+        except (OSError, pa.ArrowException) as exc:
+            raise UserError(f"storage {self.uri} cannot be written: {_first_line(exc)}") from None
+
+    def read_json(self, name: str) -> dict:
+        with self.fs.open_input_stream(self.join(name)) as f:
+            return json.loads(f.readall())
+
+    def write_json(self, name: str, record: dict) -> None:
+        with self.fs.open_output_stream(self.join(name)) as f:
+            f.write(json.dumps(record, indent=2).encode())
+
+    def write_table(self, name: str, tables: Iterable[pa.Table], schema: pa.Schema) -> int:
+        """Stream tables into one Parquet file; written beside and moved into place, so a
+        reader never sees half a file (a rename locally, copy+delete on object stores)."""
+        tmp = self.join(f".{name}.tmp")
+        rows = 0
+        with pq.ParquetWriter(tmp, schema, filesystem=self.fs) as writer:
+            for table in tables:
+                writer.write_table(table)
+                rows += table.num_rows
+        self.fs.move(tmp, self.join(name))
+        return rows
+
+    # -- run copies ----------------------------------------------------------------------------
+    def run_copies(self, trial_id: str) -> list[str]:
+        """Paths of the trial's run copies, newest (highest iteration) first."""
+        selector = pafs.FileSelector(self.join(RUNS, trial_id), allow_not_found=True)
+        dirs = [i.path for i in self.fs.get_file_info(selector) if i.type == pafs.FileType.Directory]
+        return sorted(dirs, key=posixpath.basename, reverse=True)
+
+    def latest_run_copy(self, trial_id: str) -> Optional[tuple[str, dict]]:
+        """(path, trial.json) of the newest complete run copy, or None."""
+        for path in self.run_copies(trial_id):
+            try:
+                with self.fs.open_input_stream(posixpath.join(path, TRIAL_JSON)) as f:
+                    return path, json.loads(f.readall())
+            except (OSError, ValueError):  # no trial.json yet, or a half-written one
+                continue
+        return None
+
+    def upload_run(self, trial_id: str, iteration: int, run_dir: str, record: dict) -> str:
+        """Copy run_dir to runs/<trial_id>/<iteration>; trial.json goes last, as the mark of a
+        complete copy; then drop all but the newest KEEP_COPIES complete ones."""
+        dest = self.join(RUNS, trial_id, f"{iteration:06d}")
+        self.fs.delete_dir_contents(dest, missing_dir_ok=True)  # a crashed attempt's leftovers
+        self.fs.create_dir(dest, recursive=True)
+        pafs.copy_files(run_dir, dest, source_filesystem=pafs.LocalFileSystem(),
+                        destination_filesystem=self.fs)
+        with self.fs.open_output_stream(posixpath.join(dest, TRIAL_JSON)) as f:
+            f.write(json.dumps(record, indent=2).encode())
+        for old in self.run_copies(trial_id)[KEEP_COPIES:]:
+            self.fs.delete_dir(old)
+        return dest
+
+    def download_run(self, path: str, run_dir: str) -> None:
+        """The run copy at `path` as the local run folder (without its trial.json, which
+        would otherwise mark the next copy complete before its files are in)."""
+        os.makedirs(run_dir, exist_ok=True)
+        pafs.copy_files(path, run_dir, source_filesystem=self.fs,
+                        destination_filesystem=pafs.LocalFileSystem())
+        os.remove(os.path.join(run_dir, TRIAL_JSON))
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip() or exc.__class__.__name__
+    return text.splitlines()[0]

@@ -1,0 +1,517 @@
+"""Cluster launch (docs/cluster.md): Ray Jobs against a real Ray head, the local quick start and
+the SLURM script run for real on this machine, the launcher configs through Ray's own schema,
+the KubeRay manifests, and every sweep command line the docs and configs show.
+
+Every Ray head here is started by the test (or by the script under test) on loopback ports with
+token authentication, in its own temp dir, and stopped by ending the processes it started:
+never `ray stop`, which would stop every Ray on the machine, conftest's session cluster too.
+Each such process tree carries a marker in its environment, so even processes that outlive
+their parents are found and ended by PID.
+"""
+from __future__ import annotations
+
+import copy
+import json
+import os
+import re
+import secrets
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+import uuid
+from pathlib import Path
+
+import psutil
+import pyarrow.parquet as pq
+import pytest
+import yaml
+
+from conftest import REPO
+
+VENV_BIN = os.path.dirname(sys.executable)
+RAY = os.path.join(VENV_BIN, "ray")
+MARKER = "DISTPPO_TEST_CLUSTER"  # env var naming the process trees a test started
+
+# 2 iterations of 2 CartPole envs x 16 steps; half a CPU per bundle so a trial fits 2 CPUs.
+TINY = ["--games", "CartPole-v1", "--seeds", "1", "--backend", "gym", "--num-envs", "2",
+        "--num-steps", "16", "--num-minibatches", "2", "--update-epochs", "1",
+        "--checkpoint-every", "1", "--total-timesteps", "64", "--trial-cpus", "0.5",
+        "--runner-cpus", "0.5", "--learner-cpus", "0.5"]
+
+
+# --- helpers: ports, environments, process cleanup ----------------------------------------------
+
+def free_ports(n: int) -> list[int]:
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def clean_env(marker: str, **extra: str) -> dict:
+    """This venv first on PATH (the job's `python`/`distppo` resolve to it, as on a cluster node
+    where distppo is installed), no trace of the session cluster, and the marker."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("RAY_ADDRESS", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH", "RAY_AUTH_MODE")}
+    env.update(PATH=f"{VENV_BIN}{os.pathsep}{env.get('PATH', '')}", PYTHONUNBUFFERED="1",
+               RAY_USAGE_STATS_ENABLED="0", **{MARKER: marker}, **extra)
+    return env
+
+
+def marked_processes(marker: str) -> list[psutil.Process]:
+    found = []
+    for proc in psutil.process_iter():
+        try:
+            if proc.pid != os.getpid() and proc.environ().get(MARKER) == marker:
+                found.append(proc)
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+    return found
+
+
+def end_processes(root: subprocess.Popen | None, marker: str, grace: float = 20.0) -> list[str]:
+    """SIGTERM the root (a `ray start --block` stops what it started) and give every descendant
+    or marked process `grace` seconds to end; SIGKILL by PID those that did not, and return them
+    (as "pid name"), so a test can tell a clean stop from one this cleanup had to finish."""
+    procs: dict[int, psutil.Process] = {p.pid: p for p in marked_processes(marker)}
+    if root is not None:
+        try:
+            procs.update({p.pid: p for p in psutil.Process(root.pid).children(recursive=True)})
+        except psutil.NoSuchProcess:
+            pass
+        if root.poll() is None:
+            root.send_signal(signal.SIGTERM)
+            try:
+                root.wait(grace)
+            except subprocess.TimeoutExpired:
+                root.kill()
+                root.wait(10)
+    _, alive = psutil.wait_procs(list(procs.values()), timeout=grace)
+    alive += [p for p in marked_processes(marker) if p.pid not in {a.pid for a in alive}]
+    killed = []
+    for proc in alive:
+        try:
+            killed.append(f"{proc.pid} {proc.name()}")
+            proc.kill()
+        except psutil.NoSuchProcess:
+            pass
+    psutil.wait_procs(alive, timeout=10)
+    return killed
+
+
+def run_marked(cmd: list[str], env: dict, timeout: float, cwd: str = REPO):
+    """Run a script that starts its own Ray head and check that it stopped everything it started
+    (nothing survives either way: the cleanup ends what is left)."""
+    proc = subprocess.Popen(cmd, env=env, cwd=cwd, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGTERM)  # the script's trap stops its head
+        out, _ = proc.communicate(timeout=60)
+        end_processes(None, env[MARKER])
+        pytest.fail(f"{cmd[0]} ran over {timeout} s:\n{out[-3000:]}")
+    except BaseException:
+        end_processes(None, env[MARKER])
+        raise
+    left = end_processes(None, env[MARKER], grace=15)
+    assert not left, f"{cmd[0]} left processes running: {left}\n{out[-2000:]}"
+    return proc.returncode, out
+
+
+def read_sweep(folder: Path, n_trials: int, n_iterations: int) -> None:
+    trials = pq.read_table(folder / "trials.parquet")
+    iterations = pq.read_table(folder / "iterations.parquet")
+    assert trials.num_rows == n_trials and set(trials["status"].to_pylist()) == {"done"}
+    assert iterations.num_rows == n_trials * n_iterations
+
+
+# --- a Ray head on loopback, as docs/cluster.md starts one -------------------------------------
+
+class RayHead:
+    """`ray start --head --block` on 127.0.0.1 with a token of its own; stop() ends it all."""
+
+    def __init__(self) -> None:
+        self.marker = uuid.uuid4().hex
+        self.killed: list[str] = []  # processes that outlived the head's SIGTERM (stop())
+        self.tmp = tempfile.mkdtemp(prefix="rc", dir="/tmp")  # Ray's socket paths must be short
+        self.token_path = os.path.join(self.tmp, "token")
+        with open(os.open(self.token_path, os.O_WRONLY | os.O_CREAT, 0o600), "w") as f:
+            f.write(secrets.token_hex(32))
+        gcs, self.dashboard_port, client, agent = free_ports(4)
+        self.address = f"http://127.0.0.1:{self.dashboard_port}"
+        self.env = clean_env(self.marker, RAY_AUTH_MODE="token",
+                             RAY_AUTH_TOKEN_PATH=self.token_path)
+        self.log = open(os.path.join(self.tmp, "head.log"), "w")
+        self.proc = subprocess.Popen(
+            [RAY, "start", "--head", "--block", "--disable-usage-stats", "--num-cpus=2",
+             "--num-gpus=0", "--node-ip-address=127.0.0.1", f"--port={gcs}",
+             f"--ray-client-server-port={client}", "--include-dashboard=true",
+             "--dashboard-host=127.0.0.1", f"--dashboard-port={self.dashboard_port}",
+             f"--dashboard-agent-listen-port={agent}", f"--temp-dir={self.tmp}/ray"],
+            env=self.env, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
+        self._wait_ready(timeout=120)
+
+    def _wait_ready(self, timeout: float) -> None:
+        with open(self.token_path) as f:
+            request = urllib.request.Request(f"{self.address}/api/jobs/",
+                                             headers={"Authorization": f"Bearer {f.read()}"})
+        deadline = time.time() + timeout
+        while True:
+            try:
+                with urllib.request.urlopen(request, timeout=5) as response:
+                    if response.status == 200:
+                        return
+            except OSError:
+                pass
+            if self.proc.poll() is not None or time.time() > deadline:
+                log = self.read_log()
+                self.stop()
+                pytest.fail(f"the Ray head did not start:\n{log[-3000:]}")
+            time.sleep(1)
+
+    def read_log(self) -> str:
+        with open(os.path.join(self.tmp, "head.log")) as f:
+            return f.read()
+
+    def cli(self, *args: str, timeout: float = 120, **env: str) -> subprocess.CompletedProcess:
+        """A command run from the repository root against this head, as a user runs it."""
+        return subprocess.run(list(args), env=dict(self.env, RAY_ADDRESS=self.address, **env),
+                              cwd=REPO, capture_output=True, text=True, timeout=timeout)
+
+    def stop(self) -> None:
+        if self.proc is None:
+            return
+        try:
+            self.killed = end_processes(self.proc, self.marker)
+        finally:
+            self.proc = None
+            self.log.close()
+            shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def ray_head():
+    head = RayHead()
+    try:
+        yield head
+    finally:
+        head.stop()
+
+
+def job_status(head: RayHead, job_id: str) -> str:
+    out = head.cli(RAY, "job", "status", "--log-color", "false", job_id)
+    text = out.stdout + out.stderr
+    match = re.search(r"Job '[^']+' (succeeded|failed|stopped|is currently \w+)", text)
+    return match.group(1) if match else text
+
+
+# --- 1. the launcher configs, the KubeRay manifests, the SLURM script: static checks ------------
+
+CLUSTER = Path(REPO) / "cluster"
+LAUNCHER_CONFIGS = ["aws-gpu.yaml", "gcp-gpu.yaml"]
+CREDENTIAL_PATTERNS = [r"AKIA[0-9A-Z]{16}", r"(?i)secret_access_key", r"(?i)private_key\b",
+                       r"(?i)password", r"-----BEGIN", r"(?i)auth_token\s*[:=]\s*\S{16,}"]
+
+
+def load_launcher_config(name: str) -> dict:
+    with open(CLUSTER / name) as f:
+        return yaml.safe_load(f)
+
+
+def assert_valid_launcher_config(config: dict) -> None:
+    """Ray's own checks, as `ray up` runs them: the JSON schema on the file as written, then
+    the defaults of the provider merged in and validate_config (node types, worker counts)."""
+    import jsonschema
+    import ray.autoscaler
+    from ray.autoscaler._private.util import prepare_config, validate_config
+    with open(os.path.join(os.path.dirname(ray.autoscaler.__file__), "ray-schema.json")) as f:
+        jsonschema.validate(config, json.load(f))
+    validate_config(prepare_config(copy.deepcopy(config)))
+
+
+@pytest.mark.parametrize("name", LAUNCHER_CONFIGS)
+def test_launcher_config_passes_rays_validation(name):
+    import jsonschema
+    config = load_launcher_config(name)
+    for head in ("head_cpu", "head_gpu"):  # the default and the one-machine variant
+        assert_valid_launcher_config(dict(config, head_node_type=head))
+    types = config["available_node_types"]
+    assert {"head_cpu", "head_gpu", "gpu_worker", "cpu_worker"} <= set(types)
+    assert types["head_cpu"]["resources"] == {"CPU": 0}  # trials never land on the CPU head
+    # The validator is live: a misspelt node-type field and impossible counts are refused.
+    broken = copy.deepcopy(config)
+    broken["available_node_types"]["gpu_worker"]["min_worker"] = 1
+    with pytest.raises(jsonschema.ValidationError):
+        assert_valid_launcher_config(broken)
+    broken = copy.deepcopy(config)
+    broken["max_workers"] = 1
+    with pytest.raises(ValueError, match="max_workers"):
+        assert_valid_launcher_config(broken)
+
+
+@pytest.mark.parametrize("name", LAUNCHER_CONFIGS)
+def test_launcher_config_security_and_setup(name):
+    config = load_launcher_config(name)
+    head_start = " ".join(config["head_start_ray_commands"])
+    assert "--dashboard-host=127.0.0.1" in head_start and "RAY_AUTH_MODE=token" in head_start
+    assert "RAY_AUTH_MODE=token" in " ".join(config["worker_start_ray_commands"])
+    assert config["file_mounts"]["~/.ray/auth_token"] == "~/.ray/auth_token"
+    assert config["file_mounts"]["~/distppo"] == "." and config["rsync_filter"] == [".gitignore"]
+    for commands in (config["head_setup_commands"], config["worker_setup_commands"],
+                     config["available_node_types"]["cpu_worker"]["worker_setup_commands"]):
+        assert commands[-1] == "pip install --quiet -e ~/distppo"
+    text = (CLUSTER / name).read_text()
+    assert "0.0.0.0" not in text
+    for pattern in CREDENTIAL_PATTERNS:
+        assert not re.search(pattern, text), pattern
+    keys = (["region", "ImageId", "InstanceType", "Arn"] if "aws" in name else
+            ["region", "project_id", "sourceImage", "machineType", "email"])
+    for key in keys + ["image", "min_workers", "max_workers", "cluster_name"]:
+        assert edit_marked(text, key), f"{name}: no EDIT comment at any `{key}:`"
+
+
+def edit_marked(text: str, key: str) -> bool:
+    """Some `key:` line carries an EDIT comment on it or in the 3 lines above it."""
+    lines = text.splitlines()
+    return any("EDIT" in "".join(lines[max(i - 3, 0):i + 1])
+               for i, line in enumerate(lines) if re.match(rf"\s*(- )?{key}:", line))
+
+
+def kuberay_objects(name: str) -> dict:
+    with open(CLUSTER / name) as f:
+        docs = [d for d in yaml.safe_load_all(f) if d]
+    return {d["kind"]: d for d in docs}
+
+
+def assert_ray_cluster_spec(spec: dict) -> None:
+    """The fields KubeRay requires (ray.io/v1 RayClusterSpec) and the security defaults."""
+    head = spec["headGroupSpec"]
+    assert isinstance(head["rayStartParams"], dict)
+    assert head["template"]["spec"]["containers"][0]["image"]
+    assert head.get("serviceType", "ClusterIP") == "ClusterIP"
+    assert spec["authOptions"] == {"mode": "token"}
+    assert re.fullmatch(r"\d+\.\d+\.\d+", spec["rayVersion"])
+    assert "dashboard-host" not in head["rayStartParams"] or \
+        head["rayStartParams"]["dashboard-host"] == "127.0.0.1"
+    groups = spec["workerGroupSpecs"]
+    assert groups and len({g["groupName"] for g in groups}) == len(groups)
+    for group in groups:
+        assert isinstance(group["rayStartParams"], dict)
+        assert group["template"]["spec"]["containers"][0]["image"]
+        assert group["minReplicas"] <= group["replicas"] <= group["maxReplicas"]
+    gpu = next(g for g in groups if g["groupName"] == "gpu")
+    limits = gpu["template"]["spec"]["containers"][0]["resources"]["limits"]
+    assert int(limits["nvidia.com/gpu"]) >= 1
+
+
+def test_kuberay_manifests_carry_what_kuberay_requires():
+    objects = kuberay_objects("kuberay-raycluster.yaml")
+    cluster = objects["RayCluster"]
+    assert cluster["apiVersion"] == "ray.io/v1" and cluster["metadata"]["name"]
+    assert_ray_cluster_spec(cluster["spec"])
+
+    objects = kuberay_objects("kuberay-rayjob.yaml")
+    job = objects["RayJob"]
+    assert job["apiVersion"] == "ray.io/v1" and job["metadata"]["name"]
+    assert_ray_cluster_spec(job["spec"]["rayClusterSpec"])
+    assert job["spec"]["shutdownAfterJobFinishes"] is True
+    entrypoint = shlex.split(job["spec"]["entrypoint"])
+    assert entrypoint[:2] == ["python", "/home/ray/distppo/launch/sweep_atari57.py"]
+    assert_sweep_args_parse(entrypoint[2:], "kuberay-rayjob.yaml entrypoint")
+    assert entrypoint[entrypoint.index("--games") + 1] == "atari57"
+    assert entrypoint[entrypoint.index("--seeds") + 1:][:3] == ["1", "2", "3"]
+    # The workers' service account carries the bucket identity; no credential in the files.
+    for name in ("kuberay-raycluster.yaml", "kuberay-rayjob.yaml"):
+        text = (CLUSTER / name).read_text()
+        for pattern in CREDENTIAL_PATTERNS:
+            assert not re.search(pattern, text), (name, pattern)
+        assert kuberay_objects(name)["ServiceAccount"]["metadata"]["name"] == "distppo-sweeps"
+
+
+def test_shell_scripts_pass_bash_n_and_shellcheck():
+    scripts = [CLUSTER / "slurm-sweep.sbatch", *sorted((Path(REPO) / "launch").glob("*.sh"))]
+    for script in scripts:
+        out = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True)
+        assert out.returncode == 0, (script, out.stderr)
+        assert os.access(script, os.X_OK), f"{script} is not executable"
+    if shutil.which("shellcheck") is None:
+        pytest.skip("shellcheck is not installed (apt-get install -y shellcheck)")
+    out = subprocess.run(["shellcheck", "--severity=style", *map(str, scripts)],
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout
+
+
+# --- 2. every sweep command line the docs and configs show parses with the real CLI -----------
+
+SWEEP_MARKERS = ("launch/submit_job.sh", "launch/sweep_atari57.py", "cluster/slurm-sweep.sbatch",
+                 "distppo sweep")
+
+
+def assert_sweep_args_parse(args: list[str], where: str) -> None:
+    """`distppo sweep` accepts these arguments and builds a valid config from them."""
+    from distppo.cli import build_parser, config_from_args
+    sys.path.insert(0, os.path.join(REPO, "launch"))
+    try:
+        from sweep_atari57 import split_own_args
+    finally:
+        sys.path.pop(0)
+    own, rest = split_own_args(args)
+    try:
+        parsed = build_parser().parse_args(["sweep", *rest])
+    except SystemExit:
+        pytest.fail(f"{where}: `distppo sweep` rejects {shlex.join(rest)}")
+    config_from_args(parsed)
+    assert parsed.storage, f"{where}: no --storage"
+
+
+def sweep_command_lines(text: str) -> list[list[str]]:
+    """The arguments of every sweep command in `text` (continuations joined, comments dropped)."""
+    joined = re.sub(r"\\\n\s*#?\s*", " ", text)
+    found = []
+    for line in joined.splitlines():
+        for marker in SWEEP_MARKERS:
+            if marker not in line:
+                continue
+            tokens = shlex.split(line.split(marker, 1)[1], comments=True)
+            tokens = tokens[1:] if tokens[:1] == ["--"] else tokens  # `ray submit ... -- args`
+            if tokens and tokens[0].startswith("--"):
+                found.append(tokens)
+            break
+    return found
+
+
+def test_every_sweep_command_shown_parses():
+    docs = (Path(REPO) / "docs" / "cluster.md").read_text()
+    blocks = "\n".join(re.findall(r"```(?:bash)?\n(.*?)```", docs, flags=re.S))
+    sources = {"docs/cluster.md": (blocks, 7)}
+    for name in ("aws-gpu.yaml", "gcp-gpu.yaml", "slurm-sweep.sbatch"):
+        comments = "\n".join(line.lstrip()[1:] for line in (CLUSTER / name).read_text().splitlines()
+                             if line.lstrip().startswith("#"))
+        sources[f"cluster/{name}"] = (comments, 1)
+    for where, (text, at_least) in sources.items():
+        commands = sweep_command_lines(text)
+        assert len(commands) >= at_least, (where, commands)
+        for args in commands:
+            assert_sweep_args_parse(args, where)
+
+
+# --- 3. Ray Jobs against a real head -----------------------------------------------------------
+
+def test_job_runs_the_venv_python_on_the_uploaded_checkout(ray_head):
+    probe = ("import os, shutil, sys, distppo; print('PROBE', json.dumps(dict("
+             "exe=sys.executable, pkg=os.path.dirname(distppo.__file__), cwd=os.getcwd(), "
+             "venv=os.path.exists('.venv'), pythonpath=os.environ.get('PYTHONPATH', ''), "
+             "distppo=shutil.which('distppo'))))")
+    out = ray_head.cli(RAY, "job", "submit", "--working-dir", ".", "--", "python", "-c",
+                       "import json; " + probe)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    info = json.loads(out.stdout.split("PROBE ", 1)[1].splitlines()[0])
+    assert os.path.realpath(info["exe"]) == os.path.realpath(sys.executable)
+    assert os.path.realpath(info["distppo"]) == os.path.realpath(os.path.join(VENV_BIN, "distppo"))
+    # The job runs in the uploaded copy, which .gitignore kept the virtualenv out of, and that
+    # copy comes first on PYTHONPATH, so the `distppo` console script imports it too.
+    assert info["cwd"] != REPO and info["pkg"] == os.path.join(info["cwd"], "distppo")
+    assert info["venv"] is False
+    assert info["pythonpath"].split(os.pathsep)[0] == info["cwd"]
+
+
+def test_sweep_job_submitted_as_the_docs_say(ray_head, tmp_path):
+    job_id = f"distppo-test-{uuid.uuid4().hex[:8]}"
+    args = [*TINY, "--storage", str(tmp_path), "--name", "job"]
+    submitted = ray_head.cli("launch/submit_job.sh", *args, timeout=120, JOB_ID=job_id)
+    assert submitted.returncode == 0, submitted.stdout[-3000:] + submitted.stderr[-3000:]
+    assert f"ray job logs --follow {job_id}" in submitted.stdout  # how to follow it, printed
+    logs = ray_head.cli(RAY, "job", "logs", "--follow", job_id, timeout=300)
+    assert job_status(ray_head, job_id) == "succeeded", logs.stdout[-4000:] + logs.stderr[-2000:]
+    assert "sweep job: 1/1 done, 0 running, 0 pending, 0 failed" in logs.stdout
+    read_sweep(tmp_path / "job", n_trials=1, n_iterations=2)
+
+
+def test_bad_arguments_fail_the_job_with_the_cli_error(ray_head, tmp_path):
+    args = ["sweep", "--games", "Breakuot-v5", "--storage", str(tmp_path / "bad")]
+    local = subprocess.run([os.path.join(VENV_BIN, "distppo"), *args], capture_output=True,
+                           text=True, timeout=120, env=clean_env("none"), cwd=REPO)
+    assert local.returncode == 2, local.stderr
+    [error] = local.stderr.strip().splitlines()
+    assert error.startswith("distppo sweep: error:") and "Breakout-v5" in error
+
+    job_id = f"distppo-bad-{uuid.uuid4().hex[:8]}"
+    submitted = ray_head.cli(RAY, "job", "submit", "--submission-id", job_id, "--working-dir",
+                             ".", "--", "distppo", *args)
+    assert submitted.returncode != 0
+    assert job_status(ray_head, job_id) == "failed"
+    logs = ray_head.cli(RAY, "job", "logs", job_id)
+    assert error in logs.stdout.splitlines(), logs.stdout
+    assert "Traceback" not in logs.stdout
+    assert not (tmp_path / "bad").exists()
+
+
+def test_head_stops_and_leaves_the_session_cluster_alone(ray_cluster, ray_head):
+    import ray
+    ray_head.stop()
+    # SIGTERM to `ray start --block` alone ended the head, its workers and the jobs' drivers.
+    assert ray_head.killed == [], ray_head.killed
+    assert not marked_processes(ray_head.marker)
+    # The session cluster of conftest.py kept running: a task still completes on it.
+    assert ray.get(ray.remote(lambda: 41 + 1).remote(), timeout=60) == 42
+
+
+# --- 4. the local quick start and the SLURM script, run for real on this machine --------------
+
+def test_local_quickstart_runs_a_sweep_and_stops_its_head(tmp_path):
+    gcs, dashboard, client, agent = free_ports(4)
+    env = clean_env(uuid.uuid4().hex, RAY_PORT=str(gcs), DASHBOARD_PORT=str(dashboard),
+                    CLIENT_PORT=str(client), AGENT_PORT=str(agent), NUM_CPUS="2")
+    rc, out = run_marked(["launch/local_quickstart.sh", *TINY, "--storage", str(tmp_path),
+                          "--name", "qs"], env, timeout=300)
+    assert rc == 0, out[-4000:]
+    assert re.search(r"job distppo-quickstart-\S+: succeeded", out), out[-3000:]
+    assert "stopping the Ray head" in out
+    read_sweep(tmp_path / "qs", n_trials=1, n_iterations=2)
+
+
+def test_slurm_script_on_one_node(tmp_path):
+    """The batch script as Slurm would run it on a 1-node allocation: `scontrol` and `srun` are
+    stand-ins that name this machine and run the step here."""
+    shims = tmp_path / "bin"
+    shims.mkdir()
+    (shims / "scontrol").write_text('#!/bin/bash\n[[ "$*" == "show hostnames localhost" ]] '
+                                    '&& echo localhost\n')
+    # srun's own options are all --name=value in the script; the rest is the step's command.
+    (shims / "srun").write_text('#!/bin/bash\nwhile [[ "$1" == --* ]]; do shift; done\n'
+                                'exec "$@"\n')
+    for shim in shims.iterdir():
+        shim.chmod(0o755)
+    gcs, dashboard, client, agent = free_ports(4)
+    job_id = f"t{uuid.uuid4().hex[:8]}"
+    env = clean_env(uuid.uuid4().hex, SLURM_SUBMIT_DIR=REPO, SLURM_JOB_ID=job_id,
+                    SLURM_JOB_NODELIST="localhost", SLURM_CPUS_PER_TASK="2",
+                    DISTPPO_VENV=os.path.dirname(VENV_BIN), HEAD_IP="127.0.0.1",
+                    RAY_PORT=str(gcs), DASHBOARD_PORT=str(dashboard), CLIENT_PORT=str(client),
+                    AGENT_PORT=str(agent))
+    env["PATH"] = f"{shims}{os.pathsep}{env['PATH']}"
+    try:
+        rc, out = run_marked(["bash", "cluster/slurm-sweep.sbatch", *TINY, "--storage",
+                              str(tmp_path / "sweeps"), "--name", "slurm"], env, timeout=300)
+    finally:
+        shutil.rmtree(f"/tmp/ray-{job_id}", ignore_errors=True)
+    assert rc == 0, out[-4000:]
+    assert "1 Ray node(s) up" in out and f"ssh -N -L {dashboard}:127.0.0.1:{dashboard}" in out
+    read_sweep(tmp_path / "sweeps" / "slurm", n_trials=1, n_iterations=2)
+    # Submitting the same command again resumes the finished sweep instead of refusing it.
+    rc, out = run_marked(["bash", "cluster/slurm-sweep.sbatch", *TINY, "--storage",
+                          str(tmp_path / "sweeps"), "--name", "slurm"], env, timeout=300)
+    shutil.rmtree(f"/tmp/ray-{job_id}", ignore_errors=True)
+    assert rc == 0 and "holds a sweep: resuming it" in out, out[-4000:]
+    read_sweep(tmp_path / "sweeps" / "slurm", n_trials=1, n_iterations=2)

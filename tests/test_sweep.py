@@ -1,0 +1,266 @@
+"""`distppo sweep` end to end: real Ray, real Tune, real subprocesses killed, real S3 API.
+
+Sweeps run as CLI subprocesses that join the session cluster (RAY_ADDRESS, 4 logical CPUs)
+except the S3 one, which starts its own Ray so its workers inherit the S3 credentials from
+the environment, as workers on a real cluster would from their nodes.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+import pytest
+
+from conftest import REPO, run_cli
+from distppo import metrics
+from distppo.metrics import SWEEP_ITERATION_SCHEMA, TRIAL_SCHEMA
+
+# 2 iterations of 2 envs x 16 steps; half a CPU per bundle so two trials share the 4-CPU cluster.
+TINY = ["--backend", "gym", "--num-envs", "2", "--num-steps", "16", "--num-minibatches", "2",
+        "--update-epochs", "1", "--checkpoint-every", "1", "--trial-cpus", "0.5",
+        "--runner-cpus", "0.5", "--learner-cpus", "0.5", "--total-timesteps", "64"]
+GAMES = ["--games", "CartPole-v1", "Acrobot-v1"]
+
+
+def read(path, fs=None):
+    return pq.read_table(str(path), filesystem=fs)
+
+
+def assert_complete(iterations, trials, n_iterations):
+    """Every trial done; each (trial_id, iteration) once, none missing."""
+    assert iterations.schema.equals(SWEEP_ITERATION_SCHEMA), iterations.schema
+    assert trials.schema.equals(TRIAL_SCHEMA), trials.schema
+    keys = list(zip(iterations["trial_id"].to_pylist(), iterations["iteration"].to_pylist()))
+    assert len(keys) == len(set(keys)), "duplicate (trial_id, iteration)"
+    expected = {(t, i) for t in trials["trial_id"].to_pylist() for i in range(1, n_iterations + 1)}
+    assert set(keys) == expected
+    assert iterations["run_id"].to_pylist() == iterations["trial_id"].to_pylist()
+    assert set(trials["status"].to_pylist()) == {"done"}
+
+
+def run_copies(sweep_dir: Path, trial_id: str) -> dict:
+    """{relative path: mtime_ns} of every file of the trial's run copies."""
+    root = sweep_dir / "runs" / trial_id
+    return {str(p.relative_to(root)): p.stat().st_mtime_ns
+            for p in sorted(root.glob("**/*")) if p.is_file()}
+
+
+def final_trial_json(sweep_dir: Path, trial_id: str) -> dict:
+    latest = sorted((sweep_dir / "runs" / trial_id).iterdir())[-1]
+    return json.loads((latest / "trial.json").read_text())
+
+
+def wait_for_free_cpus(expected: float, timeout: float = 60.0) -> None:
+    """Trials of a killed driver die with it; wait until Ray has released their bundles."""
+    import ray
+    deadline = time.time() + timeout
+    while ray.available_resources().get("CPU", 0.0) < expected - 1e-6:
+        assert time.time() < deadline, f"bundles not released: {ray.available_resources()}"
+        time.sleep(0.5)
+
+
+# --- 1. a grid finishes ------------------------------------------------------------------------
+
+def test_grid_finishes_with_declared_schemas(ray_cluster, tmp_path):
+    # Runners and learner as actors in each trial's placement group (the default, not --local).
+    proc = run_cli("sweep", *GAMES, "--seeds", "1", "2", *TINY, "--storage", tmp_path,
+                   "--name", "grid", timeout=420)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "sweep grid: 4/4 done, 0 running, 0 pending, 0 failed" in proc.stdout
+    sweep_dir = tmp_path / "grid"
+    iterations, trials = read(sweep_dir / "iterations.parquet"), read(sweep_dir / "trials.parquet")
+    assert (iterations.num_rows, trials.num_rows) == (8, 4)
+    assert_complete(iterations, trials, n_iterations=2)
+    assert sorted(trials["trial_id"].to_pylist()) == sorted(
+        f"{g}__ppo__{s}" for g in ("CartPole-v1", "Acrobot-v1") for s in (1, 2))
+
+    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True,
+                            text=True).stdout.strip()
+    by_trial = {r["trial_id"]: r for r in iterations.to_pylist()}  # last row wins: iteration 2
+    for row in trials.to_pylist():
+        last = by_trial[row["trial_id"]]
+        assert (row["global_step"], row["total_timesteps"], row["backend"]) == (64, 64, "gym")
+        assert row["restarts"] == 0 and row["gpu_name"] == ""
+        assert row["sps_mean"] == pytest.approx(last["sps"]) and row["sps_mean"] > 0
+        assert row["wall_clock_minutes"] * 60 > last["wall_clock_s"]  # includes env/model set-up
+        assert row["episodes"] == sum(r["episodes"] for r in iterations.to_pylist()
+                                      if r["trial_id"] == row["trial_id"])
+        ret, last100 = row["final_episodic_return"], last["episodic_return_last100"]
+        assert ret == last100 or (math.isnan(ret) and math.isnan(last100))
+        assert "torch" in json.loads(row["versions"]) and row["git_commit"] == commit
+        assert row["node"]
+    assert (sweep_dir / "sweep.json").is_file() and (sweep_dir / "tuner.pkl").is_file()
+    for row in trials.to_pylist():  # each trial's newest run copy is its whole run folder
+        copy = sorted((sweep_dir / "runs" / row["trial_id"]).iterdir())[-1]
+        assert copy.name == "000002" and (copy / "checkpoints" / "ckpt_000002.pt").is_file()
+        assert {"config.json", "metrics.parquet", "trial.json"} <= {p.name for p in copy.iterdir()}
+        # Runners and learner ran inside the placement group the sweep reserved for the trial.
+        assert json.loads((copy / "trial.json").read_text())["actors_in_trial_group"] is True
+
+
+# --- 2. kill the driver, resume ----------------------------------------------------------------
+
+def test_killed_driver_resumes_without_rerunning_finished_trials(ray_cluster, tmp_path):
+    # One trial at a time, 30 iterations of ~0.1 s each: the kill lands while the second runs.
+    args = ["sweep", *GAMES, "--seeds", "1", "2", *TINY, "--num-steps", "64", "--update-epochs",
+            "4", "--total-timesteps", str(30 * 2 * 64), "--local", "--max-concurrent-trials", "1", "--storage", str(tmp_path), "--name", "kill"]
+    sweep_dir = tmp_path / "kill"
+    log = open(tmp_path / "driver.log", "w")
+    driver = subprocess.Popen([sys.executable, "-m", "distppo.cli", *args], cwd=REPO,
+                              stdout=log, stderr=subprocess.STDOUT,
+                              env=dict(os.environ, PYTHONUNBUFFERED="1"))
+    try:
+        deadline, finished, running = time.time() + 300, None, None
+        while running is None:
+            assert driver.poll() is None, (tmp_path / "driver.log").read_text()[-3000:]
+            assert time.time() < deadline, "no trial finished and another checkpointed in time"
+            time.sleep(0.1)
+            if finished is None and (sweep_dir / "trials.parquet").exists():
+                done = [r["trial_id"] for r in read(sweep_dir / "trials.parquet").to_pylist()
+                        if r["status"] == "done"]
+                finished = done[0] if done else None
+                before = run_copies(sweep_dir, finished) if finished else None
+            if finished is not None:  # another trial has a complete run copy past iteration 2
+                others = [p.parent.parent.name for p in sweep_dir.glob("runs/*/*/trial.json")
+                          if p.parent.parent.name != finished and int(p.parent.name) >= 3]
+                running = others[0] if others else None
+        driver.send_signal(signal.SIGKILL)
+        driver.wait(timeout=30)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+        log.close()
+    assert driver.returncode == -signal.SIGKILL
+    assert not (sweep_dir / "iterations.parquet").exists()  # the driver died mid-sweep
+    wait_for_free_cpus(4.0)
+
+    proc = run_cli("sweep", "--storage", tmp_path, "--name", "kill", "--resume", timeout=420)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    iterations, trials = read(sweep_dir / "iterations.parquet"), read(sweep_dir / "trials.parquet")
+    assert trials.num_rows == 4 and iterations.num_rows == 4 * 30
+    assert_complete(iterations, trials, n_iterations=30)
+    # The finished trial was not run again: its run copies are the very same files.
+    assert run_copies(sweep_dir, finished) == before
+    assert final_trial_json(sweep_dir, finished)["resumed_from"] == [0]
+    # The trial cut off mid-run continued from its last checkpoint, not from scratch.
+    resumed_from = final_trial_json(sweep_dir, running)["resumed_from"]
+    assert len(resumed_from) == 2 and resumed_from[0] == 0 and resumed_from[1] >= 3, resumed_from
+    # A driver kill is not a trial crash.
+    assert set(trials["restarts"].to_pylist()) == {0}
+
+
+# --- 3. a crashing trial restarts from its checkpoint ------------------------------------------
+
+def test_crashed_trial_restarts_from_checkpoint(ray_cluster, tmp_path):
+    proc = run_cli("sweep", "--games", "CartPole-v1", "--seeds", "7", *TINY,
+                   "--total-timesteps", "96", "--fail-once-at-iteration", "2",
+                   "--max-failures", "1", "--storage", tmp_path, "--name", "crash", timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    sweep_dir = tmp_path / "crash"
+    iterations, trials = read(sweep_dir / "iterations.parquet"), read(sweep_dir / "trials.parquet")
+    assert_complete(iterations, trials, n_iterations=3)
+    assert trials["restarts"].to_pylist() == [1]
+    # Attempt 1 started from scratch; attempt 2 from the checkpoint of iteration 1, not 0.
+    assert final_trial_json(sweep_dir, "CartPole-v1__ppo__7")["resumed_from"] == [0, 1]
+    assert "injected failure at iteration 2" in (sweep_dir / "CartPole-v1__ppo__7" / "error.txt").read_text()
+
+
+# --- 4. S3 storage on a loopback S3 server -----------------------------------------------------
+
+@pytest.fixture
+def s3_server():
+    from moto.server import ThreadedMotoServer
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0)
+    server.start()
+    host, port = server.get_host_and_port()
+    creds = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+             "AWS_DEFAULT_REGION": "us-east-1", "AWS_ENDPOINT_URL": f"http://{host}:{port}",
+             "AWS_EC2_METADATA_DISABLED": "true"}  # never look for the cloud's metadata service
+    fs = pafs.S3FileSystem(endpoint_override=f"{host}:{port}", scheme="http", region="us-east-1",
+                           access_key="testing", secret_key="testing", allow_bucket_creation=True)
+    fs.create_dir("sweeps-bucket")
+    yield fs, creds
+    server.stop()
+
+
+def test_s3_storage(s3_server, tmp_path):
+    fs, creds = s3_server
+    # Its own Ray (no RAY_ADDRESS): trial workers get the credentials from the environment.
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    env.update(creds, PYTHONUNBUFFERED="1")
+    base = [sys.executable, "-m", "distppo.cli", "sweep", "--games", "CartPole-v1", "--seeds", "1",
+            *TINY, "--local", "--name", "s3"]
+    bad = subprocess.run([*base, "--storage", "s3://no-such-bucket/sweeps"], env=env, cwd=REPO,
+                         capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "cannot be written" in bad.stderr, bad.stderr
+    proc = subprocess.run([*base, "--storage", "s3://sweeps-bucket/sweeps"], env=env,
+                          cwd=tmp_path, capture_output=True, text=True, timeout=420)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    iterations = read("sweeps-bucket/sweeps/s3/iterations.parquet", fs)
+    trials = read("sweeps-bucket/sweeps/s3/trials.parquet", fs)
+    assert (iterations.num_rows, trials.num_rows) == (2, 1)
+    assert_complete(iterations, trials, n_iterations=2)
+    assert not list(tmp_path.iterdir()), "an s3:// storage must not become a local folder"
+    # The credentials live in the environment only, never in the sweep's files.
+    for info in fs.get_file_info(pafs.FileSelector("sweeps-bucket/sweeps/s3", recursive=True)):
+        if info.type == pafs.FileType.File and info.size < 1_000_000:
+            with fs.open_input_stream(info.path) as f:
+                assert b"testing" not in f.readall(), info.path
+
+
+# --- 5. bad input: one line, exit 2, nothing started -------------------------------------------
+
+def assert_one_line_error(proc, *needles):
+    assert proc.returncode == 2, (proc.returncode, proc.stderr[-2000:])
+    assert "Traceback" not in proc.stderr, proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, proc.stderr
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+
+
+def test_unknown_game_starts_nothing(tmp_path):
+    games = tmp_path / "games.txt"
+    games.write_text("# two games\nCartPole-v1\nBreakuot-v5  # typo\n")
+    proc = run_cli("sweep", "--games", games, *TINY, "--storage", tmp_path / "out", timeout=120)
+    assert_one_line_error(proc, "Breakuot-v5", "Breakout-v5")
+    assert not (tmp_path / "out").exists()
+
+
+def test_bad_inputs(ray_cluster, tmp_path):
+    (tmp_path / "a_file").write_text("not a folder")
+    cases = [
+        (["--resume", "--storage", tmp_path, "--name", "nothing"], ["holds no sweep"]),
+        (["--games", "CartPole-v1", *TINY, "--storage", tmp_path / "a_file"], ["cannot be written"]),
+        (["--games", "CartPole-v1", *TINY, "--learner-gpus", "1", "--storage", tmp_path / "gpu"],
+         ["1 GPU", "largest Ray node has", "0 GPU"]),
+        (["--games", "CartPole-v1", *TINY, "--runner-cpus", "64", "--storage", tmp_path / "cpu"],
+         ["CPU on one node", "4 CPU"]),
+        (["--games", "CartPole-v1", *TINY, "--algo", "ppo", "dqn", "--storage", tmp_path / "x"],
+         ["unknown algo 'dqn'"]),
+    ]
+    for args, needles in cases:
+        start = time.time()
+        assert_one_line_error(run_cli("sweep", *args, timeout=120), *needles)
+        assert time.time() - start < 60, "an impossible sweep must fail fast, not hang"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a_file"], "rejected sweeps write nothing"
+
+
+def test_games_expand_and_docs_hold_the_schemas():
+    from distppo.envs.games import ATARI_57
+    from distppo.sweep import expand_games
+    assert expand_games(["atari57"]) == ATARI_57 and len(ATARI_57) == 57
+    assert expand_games(["Pong-v5", "atari57"])[:2] == ("Pong-v5", ATARI_57[0])
+    doc = (Path(REPO) / "docs" / "metrics.md").read_text()
+    for tag, columns in (("sweep-iterations", metrics.SWEEP_ITERATION_COLUMNS),
+                         ("sweep-trials", metrics.TRIAL_COLUMNS)):
+        begin = doc.index("\n", doc.index(f"<!-- {tag}:begin")) + 1
+        assert doc[begin:doc.index(f"<!-- {tag}:end -->")] == metrics.schema_markdown(columns)
