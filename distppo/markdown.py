@@ -40,26 +40,23 @@ def seeds_cell(row: dict, total: int) -> str:
     return f"{len(row['seeds'])}/{total}"
 
 
-def _budget_note(sec: dict) -> str:
+_SCALED_RUNTIMES = (" The `scaled to 10M` column multiplies each run's minutes by {ref} / its "
+                    "steps (a linear extrapolation that also scales start-up time); the "
+                    "speed-ups use these scaled minutes.\n")
+_SHORT_RETURNS = ": returns after a shorter budget are not comparable to theirs.\n"
+
+
+def _budget_note(sec: dict, returns: bool = False) -> str:
+    """Says each section's budget, and what a budget other than the references' means."""
     if not sec["total_timesteps"]:
         return "No run of this section has finished.\n"
     budgets = ", ".join(steps(b) for b in sec["total_timesteps"])
     if not sec["scaled"]:
         return f"Steps per run: {budgets} (the references' budget).\n"
-    return (f"**Steps per run: {budgets}, not the references' {steps(REFERENCE_STEPS)}.** The "
-            f"`scaled to 10M` column multiplies each run's minutes by "
-            f"{steps(REFERENCE_STEPS)} / its steps (a linear extrapolation that also scales "
-            "start-up time); the speed-ups use these scaled minutes.\n")
-
-
-def _returns_budget_note(sec: dict) -> str:
-    if not sec["total_timesteps"]:
-        return "No run of this section has finished.\n"
-    budgets = ", ".join(steps(b) for b in sec["total_timesteps"])
-    if not sec["scaled"]:
-        return f"Steps per run: {budgets} (the references' budget).\n"
-    return (f"**Steps per run: {budgets}, not the references' {steps(REFERENCE_STEPS)}**: "
-            "returns after a shorter budget are not comparable to theirs.\n")
+    head = f"**Steps per run: {budgets}, not the references' {steps(REFERENCE_STEPS)}"
+    if returns:
+        return head + "**" + _SHORT_RETURNS
+    return head + ".**" + _SCALED_RUNTIMES.format(ref=steps(REFERENCE_STEPS))
 
 
 def _missing_notes(sec: dict, returns: bool) -> str:
@@ -129,7 +126,7 @@ def returns_md(report: dict) -> str:
            "statistic from CleanRL's docs after 10M steps.\n"]
     for sec in report["sections"]:
         refs = sec["references"]
-        out.append(f"\n## distppo {sec['label']}\n\n" + _returns_budget_note(sec))
+        out.append(f"\n## distppo {sec['label']}\n\n" + _budget_note(sec, returns=True))
         header = ["env_id", f"distppo {sec['label']}", "seeds", *refs]
         rows = []
         for r in sec["games"]:

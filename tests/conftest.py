@@ -34,3 +34,13 @@ def run_cli(*args, timeout=300, env=None, cwd=None):
 @pytest.fixture
 def cli():
     return run_cli
+
+
+def assert_one_line_error(proc, *needles):
+    """A user mistake: non-zero exit, one line on stderr holding every needle, no traceback."""
+    assert proc.returncode != 0, proc.stdout
+    assert "Traceback" not in proc.stderr, proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, proc.stderr
+    for needle in needles:
+        assert needle in lines[0], lines[0]

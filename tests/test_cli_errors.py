@@ -3,18 +3,11 @@ import os
 
 import pytest
 
-from conftest import run_cli
+from conftest import assert_one_line_error, run_cli
 
 TINY = ["--num-envs", "2", "--num-steps", "16", "--num-minibatches", "2", "--total-timesteps", "32"]
 
 
-def assert_one_line_error(proc, *needles):
-    assert proc.returncode != 0, proc.stdout
-    assert "Traceback" not in proc.stderr, proc.stderr
-    lines = [line for line in proc.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1, proc.stderr
-    for needle in needles:
-        assert needle in lines[0], lines[0]
 
 
 @pytest.mark.parametrize("args, needles", [

@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from conftest import REPO, run_cli
+from conftest import REPO, assert_one_line_error, run_cli
 from distppo import aggregates, references
 
 SWEEP = os.path.join(REPO, "tests", "data", "sweep-tiny")
@@ -85,14 +85,6 @@ def ref_row(csv: str, name: str, env_id: str, doc: str):
     assert len(hit) <= 1, (name, env_id, doc)
     return hit.iloc[0] if len(hit) else None
 
-
-def assert_one_line_error(proc, *needles):
-    assert proc.returncode != 0, proc.stdout
-    assert "Traceback" not in proc.stderr, proc.stderr
-    lines = [line for line in proc.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1, proc.stderr
-    for needle in needles:
-        assert needle in lines[0], lines[0]
 
 
 @pytest.fixture(scope="session")
