@@ -16,25 +16,10 @@ import tempfile
 import threading
 import time
 
-from .runinfo import UserError
+from distppo.errors import UserError
 
 PHASES = ("t_env_s", "t_infer_s", "t_learn_s", "t_transfer_s", "t_wait_s")
 DEFAULT_VARIANTS = ("local=--local", "ray=")
-
-
-def add_parser(sub) -> None:
-    p = sub.add_parser("bench", help="measure SPS of training variants side by side")
-    p.add_argument("--env-id", default="Breakout-v5")
-    p.add_argument("--backend", default="envpool")
-    p.add_argument("--algo", nargs="+", default=["ppo", "ppo_lstm"])
-    p.add_argument("--total-timesteps", type=int, default=20480)
-    p.add_argument("--repeats", type=int, default=3, help="runs per variant; the table shows medians")
-    p.add_argument("--variant", action="append", metavar="NAME=FLAGS",
-                   help="a named set of extra train flags, e.g. 'ray2=--num-env-runners 2' "
-                        "(repeatable; default: local=--local and ray=)")
-    p.add_argument("--extra", default="", help="train flags added to every variant")
-    p.add_argument("--out", default=None, help="also write the markdown table to this file")
-    p.set_defaults(handler=cmd_bench)
 
 
 def parse_variants(specs) -> list[tuple[str, list[str]]]:
@@ -42,7 +27,8 @@ def parse_variants(specs) -> list[tuple[str, list[str]]]:
     for spec in specs or DEFAULT_VARIANTS:
         name, sep, flags = spec.partition("=")
         if not sep or not name:
-            raise UserError(f"--variant {spec!r} must look like NAME=FLAGS, e.g. 'ray2=--num-env-runners 2'")
+            raise UserError(f"--variant {spec!r} must look like NAME=FLAGS, "
+                            "e.g. 'ray2=--num-env-runners 2'")
         out.append((name, shlex.split(flags)))
     return out
 
@@ -82,10 +68,11 @@ class TreeRSS:
 def run_once(train_args: list[str], workdir: str, timeout: float = 3600) -> dict:
     import pandas as pd
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}  # each run owns its Ray
-    cmd = [sys.executable, "-m", "distppo.cli", "train", *train_args, "--output-dir", workdir,
+    cmd = [sys.executable, "-m", "distppo", "train", *train_args, "--output-dir", workdir,
            "--run-name", "bench", "--log-every", "1000000"]
     start = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            env=env)
     rss = TreeRSS(proc.pid)
     try:
         _, err = proc.communicate(timeout=timeout)
@@ -94,7 +81,8 @@ def run_once(train_args: list[str], workdir: str, timeout: float = 3600) -> dict
         if proc.poll() is None:
             proc.kill()
     if proc.returncode != 0:
-        raise UserError(f"benchmark run failed: {' '.join(train_args)}: {err.strip().splitlines()[-1:]}")
+        raise UserError(f"benchmark run failed: {' '.join(train_args)}: "
+                        f"{err.strip().splitlines()[-1:]}")
     df = pd.read_parquet(os.path.join(workdir, "bench", "metrics.parquet"))
     out = {"sps": float(df["sps"].iloc[-1]), "wall_s": time.perf_counter() - start,
            "peak_rss_mb": peak / 2**20}
@@ -114,34 +102,29 @@ def markdown_table(results: dict) -> str:
         base.setdefault(algo, med)
         phases = [f"{statistics.median(r[c] for r in runs):.2f}" for c in PHASES]
         lines.append(f"| {algo} | {variant} | {med:,.0f} | {min(sps):,.0f}-{max(sps):,.0f} | "
-                     f"{med / base[algo]:.2f} | {statistics.median(r['peak_rss_mb'] for r in runs):,.0f} | "
+                     f"{med / base[algo]:.2f} | "
+                     f"{statistics.median(r['peak_rss_mb'] for r in runs):,.0f} | "
                      + " | ".join(phases) + " |")
     return "\n".join(lines) + "\n"
 
 
-def cmd_bench(args) -> int:
-    if args.repeats <= 0:
-        raise UserError(f"--repeats must be > 0, got {args.repeats}")
-    variants = parse_variants(args.variant)
+def run_bench(env_id: str, backend: str, algos: list[str], total_timesteps: int, repeats: int,
+              variants: list[tuple[str, list[str]]], extra: list[str]) -> dict:
+    """results[(algo, variant name)] = one run dict per repeat, variants interleaved."""
+    if repeats <= 0:
+        raise UserError(f"--repeats must be > 0, got {repeats}")
     results: dict = {}
     with tempfile.TemporaryDirectory(prefix="distppo-bench-") as tmp:
         # repeats outermost: the variants interleave, so a slow minute on the machine
         # hits all of them rather than one
-        for rep in range(args.repeats):
-            for algo in args.algo:
+        for rep in range(repeats):
+            for algo in algos:
                 for name, flags in variants:
                     workdir = os.path.join(tmp, f"{algo}-{name}-{rep}")
-                    train_args = ["--env-id", args.env_id, "--backend", args.backend, "--algo", algo,
-                                  "--total-timesteps", str(args.total_timesteps),
-                                  *shlex.split(args.extra), *flags]
+                    train_args = ["--env-id", env_id, "--backend", backend, "--algo", algo,
+                                  "--total-timesteps", str(total_timesteps), *extra, *flags]
                     run = run_once(train_args, workdir)
                     results.setdefault((algo, name), []).append(run)
                     print(f"{algo:8s} {name:10s} run {rep + 1}: {run['sps']:,.0f} SPS, "
                           f"peak RSS {run['peak_rss_mb']:,.0f} MB", flush=True)
-    table = markdown_table(results)
-    print(table)
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write(table)
-    return 0
-
+    return results

@@ -12,19 +12,18 @@ import inspect
 from dataclasses import dataclass, field
 from typing import Optional
 
+from distppo.envs.games import BACKENDS, resolve_env_id
+from distppo.errors import ConfigError
+
 ALGOS = ("ppo", "ppo_lstm")
-BACKENDS = ("envpool", "gym")
 DEVICES = ("auto", "cpu", "cuda")
-
-
-class ConfigError(ValueError):
-    """A user mistake in the configuration; the message is one line that says how to fix it."""
 
 
 @dataclass(frozen=True)
 class EnvConfig:
     env_id: str = "BreakoutNoFrameskip-v4"
-    """game id: `Breakout-v5` or `BreakoutNoFrameskip-v4` (either backend maps it), or a gymnasium vector-obs id such as CartPole-v1"""
+    """game id: `Breakout-v5` or `BreakoutNoFrameskip-v4` (either backend maps it), or a
+    gymnasium vector-obs id such as CartPole-v1"""
     backend: str = "envpool"
     """vector env implementation: envpool | gym"""
     num_envs: int = 8
@@ -36,6 +35,7 @@ class EnvConfig:
         if self.backend not in BACKENDS:
             raise ConfigError(f"unknown backend {self.backend!r}: use one of {', '.join(BACKENDS)}")
         _positive(self, "num_envs")
+        resolve_env_id(self.env_id, self.backend)  # unknown or backend-incompatible ids
 
 
 @dataclass(frozen=True)
@@ -93,17 +93,23 @@ class PPOConfig:
 class RunnerConfig:
     num_env_runners: int = 1
     """env-runner actors on the Ray path; the num_envs envs are split evenly across them"""
+    envs_per_runner: Optional[int] = None
+    """envs per env runner; when given, num_envs becomes num_env_runners * this"""
     runner_cpus: float = 1.0
     """CPUs Ray reserves per env runner (fractions allowed)"""
     num_threads: int = 1
-    """torch intra-op threads in every process that runs the policy (recorded; decides bit-equality)"""
+    """torch intra-op threads in every process that runs the policy (recorded; decides
+    bit-equality)"""
     overlap: bool = False
-    """runners collect iteration k+1 with weights k while learners update on k (policy lag 1); off = CleanRL"""
+    """runners collect iteration k+1 with weights k while learners update on k (policy lag 1);
+    off = CleanRL"""
     runner_max_restarts: int = 3
     """times Ray restarts a dead env runner; its rollout is re-requested with the same weights"""
 
     def validate(self) -> None:
         _positive(self, "num_env_runners")
+        if self.envs_per_runner is not None:
+            _positive(self, "envs_per_runner")
         _positive(self, "runner_cpus")
         _positive(self, "num_threads")
         if self.runner_max_restarts < 0:
@@ -176,6 +182,11 @@ class TrainConfig:
             raise ConfigError(
                 f"num_envs = {e.num_envs} must split evenly over num_learners = {m}, and each "
                 f"learner's share into num_minibatches = {p.num_minibatches}: adjust the sizes")
+        r = self.runner
+        if r.envs_per_runner is not None and e.num_envs != r.num_env_runners * r.envs_per_runner:
+            raise ConfigError(
+                f"num_envs = {e.num_envs} contradicts num_env_runners = {r.num_env_runners} x "
+                f"envs_per_runner = {r.envs_per_runner}: give --num-envs or --envs-per-runner")
         if e.num_envs % self.runner.num_env_runners:
             raise ConfigError(
                 f"num_envs = {e.num_envs} cannot be split evenly over num_env_runners = "
@@ -199,7 +210,8 @@ class TrainConfig:
         return self.ppo.total_timesteps // self.batch_size
 
     @property
-    def envs_per_runner(self) -> int:
+    def runner_num_envs(self) -> int:
+        """Envs each env runner steps (num_envs split evenly over the runners)."""
         return self.env.num_envs // self.runner.num_env_runners
 
     def to_dict(self) -> dict:
@@ -207,12 +219,21 @@ class TrainConfig:
 
     @staticmethod
     def from_dict(d: dict) -> "TrainConfig":
-        parts = {"env": EnvConfig, "ppo": PPOConfig, "runner": RunnerConfig, "learner": LearnerConfig}
-        kw = {k: (parts[k](**v) if k in parts else v) for k, v in d.items()}
+        kw = {k: (SECTIONS[k](**v) if k in SECTIONS else v) for k, v in d.items()}
         return TrainConfig(**kw)
 
     def replace(self, **flat) -> "TrainConfig":
-        """A copy with flat field names (as on the command line) replaced, validated."""
+        """A copy with flat field names (as on the command line) replaced, validated.
+
+        `envs_per_runner` sets num_envs = num_env_runners * envs_per_runner, so either way of
+        sizing the envs gives a consistent config.
+        """
+        per_runner = flat.get("envs_per_runner")
+        if per_runner is not None and "num_envs" not in flat:
+            if not per_runner > 0:
+                raise ConfigError(f"--envs-per-runner must be > 0, got {per_runner}")
+            runners = flat.get("num_env_runners", self.runner.num_env_runners)
+            flat = dict(flat, num_envs=runners * per_runner)
         nested: dict = {}
         top = {}
         for key, value in flat.items():
@@ -274,7 +295,8 @@ def _positive(obj, name: str) -> None:
 class SweepConfig:
     """A grid of training runs (games x algos x seeds), one Ray Tune trial each (sweep.py)."""
     train: TrainConfig = field(default_factory=TrainConfig)
-    """settings every trial shares (backend, total_timesteps, sizes, runner/learner resources, checkpoint_every, local); env_id, algo and seed come from the grid"""
+    """settings every trial shares (backend, total_timesteps, sizes, runner/learner resources,
+    checkpoint_every, local); env_id, algo and seed come from the grid"""
     games: tuple[str, ...] = ()
     """env ids, already expanded (sweep.expand_games turns `atari57` or a file into ids)"""
     seeds: tuple[int, ...] = (1, 2, 3)
@@ -282,7 +304,8 @@ class SweepConfig:
     algos: tuple[str, ...] = ("ppo",)
     """algorithms to run on every game: ppo | ppo_lstm"""
     storage: str = "sweeps"
-    """local folder or a URI pyarrow understands (s3://, gs://, file://); the sweep lives in <storage>/<name>"""
+    """local folder or a URI pyarrow understands (s3://, gs://, file://); the sweep lives in
+    <storage>/<name>"""
     name: str = "sweep"
     """sweep folder name under the storage"""
     max_concurrent_trials: int = 0
@@ -290,16 +313,13 @@ class SweepConfig:
     max_failures: int = 2
     """times a crashed trial restarts from its last checkpoint before it counts as failed"""
     trial_cpus: float = 1.0
-    """CPUs reserved for each trial's own process: the training loop (runners and learner get their own bundles), or the whole run with --local"""
-    fail_once_at_iteration: Optional[int] = None
-    """testing only: every trial's trainer raises once at this iteration (fault injection)"""
+    """CPUs reserved for each trial's own process: the training loop (runners and learner get
+    their own bundles), or the whole run with --local"""
 
     def __post_init__(self) -> None:
         self.validate()
 
     def validate(self) -> None:
-        # games.py imports this module; import it here to keep the import graph acyclic.
-        from .envs.games import resolve_env_id
         for key, flag in (("games", "--games"), ("seeds", "--seeds"), ("algos", "--algo")):
             values = getattr(self, key)
             if not values:
@@ -317,8 +337,10 @@ class SweepConfig:
         for key in ("max_concurrent_trials", "max_failures", "trial_cpus"):
             if getattr(self, key) < 0:
                 raise ConfigError(f"--{_flag(key)} must be >= 0, got {getattr(self, key)}")
-        if self.fail_once_at_iteration is not None:
-            _positive(self, "fail_once_at_iteration")
+
+    def grid(self) -> list[tuple[str, str, int]]:
+        """Every (env_id, algo, seed) of the sweep, seed-major as Tune orders the grid."""
+        return [(g, a, s) for s in self.seeds for a in self.algos for g in self.games]
 
     def trial_config(self, env_id: str, algo: str, seed: int) -> TrainConfig:
         """The TrainConfig of one grid point; its run folder is named by its trial id."""
@@ -331,6 +353,8 @@ class SweepConfig:
     @staticmethod
     def from_dict(d: dict) -> "SweepConfig":
         kw = dict(d, train=TrainConfig.from_dict(d["train"]))
+        # A test-only field of sweeps written before distppo 0.2 (now testing/faults.py).
+        kw.pop("fail_once_at_iteration", None)
         for key in ("games", "seeds", "algos"):
             kw[key] = tuple(kw[key])
         return SweepConfig(**kw)

@@ -20,7 +20,6 @@ sweep refuses trials that no node present can host.
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import sys
 import time
@@ -75,7 +74,9 @@ def sweep_exists(storage: str, name: str) -> bool:
 def wait_for_gpus(gpus: float, timeout: float) -> None:
     """Block until the cluster's alive nodes hold `gpus` GPUs; SystemExit(1) after `timeout` s."""
     import ray
-    ray.init(logging_level=logging.WARNING, log_to_driver=False)
+
+    from distppo.distributed.connect import connect
+    connect()
     try:
         deadline, last = time.monotonic() + timeout, None
         while (have := ray.cluster_resources().get("GPU", 0.0)) < gpus:
@@ -101,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("RAY_ADDRESS", "auto")
     if own.wait_for_gpus > 0 and "--help" not in rest and "-h" not in rest:
         wait_for_gpus(own.wait_for_gpus, own.wait_timeout)
-    from distppo.cli import main as distppo_main
+    from distppo.cli.main import main as distppo_main
     return distppo_main(args)
 
 

@@ -26,7 +26,7 @@ def ray_cluster():
 def run_cli(*args, timeout=300, env=None, cwd=None):
     """The real console entry point in a subprocess; returns CompletedProcess (text)."""
     full_env = dict(os.environ, PYTHONUNBUFFERED="1", **(env or {}))
-    return subprocess.run([sys.executable, "-m", "distppo.cli", *map(str, args)],
+    return subprocess.run([sys.executable, "-m", "distppo", *map(str, args)],
                           capture_output=True, text=True, timeout=timeout, env=full_env,
                           cwd=cwd or REPO)
 

@@ -10,7 +10,7 @@ def test_bench_table(tmp_path):
                    "--variant", "local=--local", "--variant", "local2=--local --num-env-runners 2",
                    "--out", out, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    rows = [l for l in out.read_text().splitlines() if l.startswith("| ppo |")]
+    rows = [line for line in out.read_text().splitlines() if line.startswith("| ppo |")]
     assert [r.split("|")[2].strip() for r in rows] == ["local", "local2"]
     assert rows[0].split("|")[5].strip() == "1.00"  # ratios are relative to the first variant
     assert float(rows[1].split("|")[3].replace(",", "")) > 0

@@ -1,5 +1,5 @@
-"""Bad input through the real CLI: one clear line, non-zero exit, no traceback, nothing overwritten."""
-import os
+"""Bad input through the real CLI: one clear line, non-zero exit, no traceback, nothing
+overwritten."""
 
 import pytest
 
@@ -43,7 +43,8 @@ def test_cuda_without_gpu(tmp_path):
 
 
 def test_resume_errors_and_nothing_overwritten(tmp_path):
-    common = ["--local", "--env-id", "CartPole-v1", "--backend", "gym", "--output-dir", tmp_path, *TINY]
+    common = ["--local", "--env-id", "CartPole-v1", "--backend", "gym", "--output-dir", tmp_path,
+              *TINY]
     ok = run_cli("train", *common, "--run-name", "r1", timeout=180)
     assert ok.returncode == 0, ok.stderr
     run_dir = tmp_path / "r1"
@@ -57,7 +58,8 @@ def test_resume_errors_and_nothing_overwritten(tmp_path):
     empty = tmp_path / "empty"
     empty.mkdir()
     assert_one_line_error(run_cli("train", "--resume", empty, timeout=120), "no config.json")
-    assert_one_line_error(run_cli("train", "--resume", tmp_path / "missing", timeout=120), "no config.json")
+    assert_one_line_error(run_cli("train", "--resume", tmp_path / "missing", timeout=120),
+                          "no such run folder")
 
     # a run whose checkpoints are gone, then one whose checkpoint is corrupt
     ckpts = sorted((run_dir / "checkpoints").iterdir())

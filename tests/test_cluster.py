@@ -360,7 +360,8 @@ SWEEP_MARKERS = ("launch/submit_job.sh", "launch/sweep_atari57.py", "cluster/slu
 
 def assert_sweep_args_parse(args: list[str], where: str) -> None:
     """`distppo sweep` accepts these arguments and builds a valid config from them."""
-    from distppo.cli import build_parser, config_from_args
+    from distppo.cli.flags import train_config as config_from_args
+    from distppo.cli.main import build_parser
     sys.path.insert(0, os.path.join(REPO, "launch"))
     try:
         from sweep_atari57 import split_own_args
@@ -408,6 +409,7 @@ def test_every_sweep_command_shown_parses():
 
 # --- 3. Ray Jobs against a real head -----------------------------------------------------------
 
+@pytest.mark.slow
 def test_job_runs_the_venv_python_on_the_uploaded_checkout(ray_head):
     probe = ("import os, shutil, sys, distppo; print('PROBE', json.dumps(dict("
              "exe=sys.executable, pkg=os.path.dirname(distppo.__file__), cwd=os.getcwd(), "
@@ -426,6 +428,7 @@ def test_job_runs_the_venv_python_on_the_uploaded_checkout(ray_head):
     assert info["pythonpath"].split(os.pathsep)[0] == info["cwd"]
 
 
+@pytest.mark.slow
 def test_sweep_job_submitted_as_the_docs_say(ray_head, tmp_path):
     job_id = f"distppo-test-{uuid.uuid4().hex[:8]}"
     args = [*TINY, "--storage", str(tmp_path), "--name", "job"]
@@ -438,6 +441,7 @@ def test_sweep_job_submitted_as_the_docs_say(ray_head, tmp_path):
     read_sweep(tmp_path / "job", n_trials=1, n_iterations=2)
 
 
+@pytest.mark.slow
 def test_bad_arguments_fail_the_job_with_the_cli_error(ray_head, tmp_path):
     args = ["sweep", "--games", "Breakuot-v5", "--storage", str(tmp_path / "bad")]
     local = subprocess.run([os.path.join(VENV_BIN, "distppo"), *args], capture_output=True,
@@ -457,6 +461,7 @@ def test_bad_arguments_fail_the_job_with_the_cli_error(ray_head, tmp_path):
     assert not (tmp_path / "bad").exists()
 
 
+@pytest.mark.slow
 def test_head_stops_and_leaves_the_session_cluster_alone(ray_cluster, ray_head):
     import ray
     ray_head.stop()
@@ -469,6 +474,7 @@ def test_head_stops_and_leaves_the_session_cluster_alone(ray_cluster, ray_head):
 
 # --- 4. the local quick start and the SLURM script, run for real on this machine --------------
 
+@pytest.mark.slow
 def test_local_quickstart_runs_a_sweep_and_stops_its_head(tmp_path):
     gcs, dashboard, client, agent = free_ports(4)
     env = clean_env(uuid.uuid4().hex, RAY_PORT=str(gcs), DASHBOARD_PORT=str(dashboard),
@@ -481,6 +487,7 @@ def test_local_quickstart_runs_a_sweep_and_stops_its_head(tmp_path):
     read_sweep(tmp_path / "qs", n_trials=1, n_iterations=2)
 
 
+@pytest.mark.slow
 def test_slurm_script_on_one_node(tmp_path):
     """The batch script as Slurm would run it on a 1-node allocation: `scontrol` and `srun` are
     stand-ins that name this machine and run the step here."""

@@ -1,4 +1,5 @@
-"""The Ray runtime: data-parallel learners, overlap, and faults injected by killing real processes."""
+"""The Ray runtime: data-parallel learners, overlap, and faults injected by killing real
+processes."""
 import os
 import signal
 import subprocess
@@ -11,27 +12,29 @@ import pytest
 import ray
 import torch
 
-from conftest import REPO, run_cli
 from distppo.config import TrainConfig
-from distppo.trainer import LocalBackend, train
+from distppo.core.backend import LocalBackend
+from distppo.core.loop import train
+
+from conftest import REPO
 
 SMALL = dict(num_envs=4, num_steps=32, num_minibatches=2, update_epochs=2)
 
 
 def cfg_for(tmp_path, **flat):
-    base = dict(env_id="CartPole-v1", backend="gym", total_timesteps=6 * 128, output_dir=str(tmp_path))
+    base = dict(env_id="CartPole-v1", backend="gym", total_timesteps=6 * 128,
+                output_dir=str(tmp_path))
     return TrainConfig().replace(**{**base, **SMALL, **flat})
 
 
 def test_data_parallel_learners_stay_bit_identical(ray_cluster, tmp_path):
-    from distppo.ray_backend import RayBackend
+    from distppo.distributed.backend import RayBackend
     cfg = cfg_for(tmp_path, num_env_runners=2, num_learners=2)
     backend = RayBackend(cfg)
     try:
         initial = backend.learner_weights()[0]
         for iteration in range(1, 5):
-            backend.broadcast_weights(iteration - 1)
-            _, payload = backend.finish_sample(backend.start_sample(iteration - 1))
+            _, payload = backend.finish_rollout(backend.start_rollout(iteration - 1))
             backend.learn(payload, iteration)
         w0, w1 = backend.learner_weights()
     finally:
@@ -41,15 +44,16 @@ def test_data_parallel_learners_stay_bit_identical(ray_cluster, tmp_path):
 
 
 def test_env_shares_split_runner_batches_by_env():
-    from distppo.ray_backend import env_shares
+    from distppo.distributed.backend import env_shares
     runners = [("a", 4), ("b", 4), ("c", 4)]  # 3 runners x 4 envs over 2 learners x 6 envs
     assert env_shares(runners, 0, 6) == [("a", 0, 4), ("b", 0, 2)]
     assert env_shares(runners, 6, 12) == [("b", 2, 4), ("c", 0, 4)]
     assert env_shares([("a", 8)], 4, 8) == [("a", 4, 8)]
 
 
+@pytest.mark.slow
 def test_overlap_has_policy_lag_one_and_matches_local(ray_cluster, tmp_path):
-    from distppo.ray_backend import RayBackend
+    from distppo.distributed.backend import RayBackend
     cfg = cfg_for(tmp_path, overlap=True)
     remote = pd.read_parquet(train(cfg.replace(run_name="ray"), RayBackend, progress=False).parquet)
     local = pd.read_parquet(train(cfg.replace(run_name="local", local=True), LocalBackend,
@@ -65,7 +69,7 @@ def test_overlap_has_policy_lag_one_and_matches_local(ray_cluster, tmp_path):
 
 def _kill_during_run(tmp_path, name, pick_pid, **flat):
     """Train on Ray; when iteration 2 is written, SIGKILL the process pick_pid(backend) names."""
-    from distppo.ray_backend import RayBackend
+    from distppo.distributed.backend import RayBackend
     holder = {}
 
     def factory(cfg, video_dir):
@@ -78,7 +82,7 @@ def _kill_during_run(tmp_path, name, pick_pid, **flat):
         if row["iteration"] == 6:
             b = holder["backend"]
             holder["final_weights"] = b.learner_weights()
-            holder["final_learner_pids"] = ray.get([l.pid.remote() for l in b.learners])
+            holder["final_learner_pids"] = ray.get([a.pid.remote() for a in b.learners])
         if row["iteration"] == 2 and not killed:
             pid = pick_pid(holder["backend"])
             # a moment later the next rollout or update is under way
@@ -92,6 +96,7 @@ def _kill_during_run(tmp_path, name, pick_pid, **flat):
     return pd.read_parquet(paths.parquet), holder
 
 
+@pytest.mark.slow
 def test_runner_killed_mid_rollout_is_restarted(ray_cluster, tmp_path):
     df, _ = _kill_during_run(tmp_path, "runner", lambda b: ray.get(b.runners[1].pid.remote()),
                              num_env_runners=2)
@@ -100,11 +105,12 @@ def test_runner_killed_mid_rollout_is_restarted(ray_cluster, tmp_path):
     assert df["runner_restarts"].iloc[-1] == 1
 
 
+@pytest.mark.slow
 def test_learner_killed_is_restored_from_checkpoint(ray_cluster, tmp_path):
     old_pids = []
 
     def pick(backend):
-        old_pids.extend(ray.get([l.pid.remote() for l in backend.learners]))
+        old_pids.extend(ray.get([a.pid.remote() for a in backend.learners]))
         return old_pids[1]
 
     df, holder = _kill_during_run(tmp_path, "learner", pick, num_learners=2)
@@ -115,29 +121,35 @@ def test_learner_killed_is_restored_from_checkpoint(ray_cluster, tmp_path):
     assert all(torch.equal(w0[k], w1[k]) for k in w0)  # no silent divergence after recovery
 
 
+@pytest.mark.slow
 def test_env_error_in_runner_is_one_clear_line(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    env["DISTPPO_INJECT_ENV_ERROR"] = "5"
+    env["DISTPPO_FAULT_ENV_STEP"] = "5"
     proc = subprocess.run(
-        [sys.executable, "-m", "distppo.cli", "train", "--env-id", "Breakout-v5", "--num-envs", "2",
+        [sys.executable, "-m", "distppo", "train", "--env-id", "Breakout-v5", "--num-envs", "2",
          "--num-steps", "16", "--num-minibatches", "2", "--total-timesteps", "64",
-         "--output-dir", str(tmp_path)], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+         "--output-dir", str(tmp_path)], cwd=REPO, env=env, capture_output=True, text=True,
+        timeout=300)
     assert proc.returncode == 1
-    errors = [l for l in proc.stderr.splitlines() if l.startswith("distppo train: error:")]
+    errors = [line for line in proc.stderr.splitlines()
+              if line.startswith("distppo train: error:")]
     assert len(errors) == 1 and "Traceback" not in proc.stderr.split(errors[0])[1]
     assert "env runner 0 (Breakout-v5, envpool)" in errors[0] and "emulator error" in errors[0]
 
 
+@pytest.mark.slow
 def test_multi_node_spread_and_node_removal(tmp_path):
     from ray.cluster_utils import Cluster
     # the head has no CPUs, so SPREAD puts one runner on each worker: removing a worker
     # certainly kills a runner (and maybe the learner); the other worker can host them all
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False})
+    cluster = Cluster(initialize_head=True,
+                      head_node_args={"num_cpus": 0, "include_dashboard": False})
     workers = [cluster.add_node(num_cpus=3) for _ in range(2)]
     cluster.wait_for_nodes()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "distppo.cli", "train", "--env-id", "CartPole-v1", "--backend", "gym",
-         "--num-env-runners", "2", "--num-envs", "4", "--num-steps", "256", "--num-minibatches", "2",
+        [sys.executable, "-m", "distppo", "train", "--env-id", "CartPole-v1", "--backend", "gym",
+         "--num-env-runners", "2", "--num-envs", "4", "--num-steps", "256",
+         "--num-minibatches", "2",
          "--update-epochs", "1", "--total-timesteps", str(40 * 1024), "--checkpoint-every", "5",
          "--output-dir", str(tmp_path), "--run-name", "mn", "--log-every", "1000"],
         cwd=REPO, env=dict(os.environ, RAY_ADDRESS=cluster.address), stdout=subprocess.PIPE,

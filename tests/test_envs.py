@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 import torch
 
-from distppo.config import ConfigError
+from distppo.core.seeds import env_seed, seed_everything
 from distppo.envs.atari_gym import ClipReward, FireReset, make_atari_gym_env
+from distppo.envs.factory import make_vector_env
 from distppo.envs.games import ATARI_57, resolve_env_id, to_gym, to_v5
-from distppo.envs.vector import make_vector_env
-from distppo.seeds import env_seed, seed_everything
+from distppo.errors import ConfigError
 
 BACKENDS = ("gym", "envpool")
 BREAKOUT_LIVES = 5  # a test-side game fact: one training-level done per life

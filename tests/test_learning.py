@@ -9,7 +9,8 @@ import pandas as pd
 import pytest
 
 from distppo.config import TrainConfig
-from distppo.trainer import LocalBackend, train
+from distppo.core.backend import LocalBackend
+from distppo.core.loop import train
 
 
 def run(tmp_path, name, **flat):

@@ -1,4 +1,4 @@
-"""metrics.py and progress.py against real files: Parquet and TensorBoard event files read back."""
+"""telemetry/ against real files: Parquet and TensorBoard event files read back."""
 from __future__ import annotations
 
 import io
@@ -13,11 +13,18 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from distppo import metrics
-from distppo.metrics import (COLUMN_NAMES, ITERATION_SCHEMA, LOSS_COLUMNS, EpisodeTracker,
-                             ParquetSink, PhaseTimer, TensorBoardWriter, schema_markdown,
-                             validate_row)
-from distppo.progress import Progress, format_eta
+from distppo.telemetry import parquet, schema, stats, tensorboard
+from distppo.telemetry.parquet import ParquetSink
+from distppo.telemetry.progress import Progress, format_eta
+from distppo.telemetry.schema import (
+    COLUMN_NAMES,
+    ITERATION_SCHEMA,
+    LOSS_COLUMNS,
+    schema_markdown,
+    validate_row,
+)
+from distppo.telemetry.stats import EpisodeTracker, PhaseTimer
+from distppo.telemetry.tensorboard import TensorBoardWriter
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -32,7 +39,7 @@ EXPECTED_COLUMNS = (
 
 def make_row(iteration: int, run_id: str = "Breakout__t__1__0", **over) -> dict:
     """A complete valid row whose float values encode the iteration, so mix-ups show."""
-    row = {c.name: float(iteration) + 0.25 for c in metrics.COLUMNS if c.dtype == metrics._F}
+    row = {c.name: float(iteration) + 0.25 for c in schema.COLUMNS if c.dtype == schema._F}
     row.update(run_id=run_id, env_id="BreakoutNoFrameskip-v4", algo="ppo", backend="envpool",
                seed=1, iteration=iteration, global_step=1024 * iteration, episodes=iteration % 3,
                num_env_runners=2, num_learners=1, policy_lag=0, runner_restarts=0)
@@ -50,7 +57,7 @@ def test_schema_columns_in_declared_order():
     assert COLUMN_NAMES == tuple(EXPECTED_COLUMNS)
     assert ITERATION_SCHEMA.names == EXPECTED_COLUMNS
     assert set(LOSS_COLUMNS) <= set(COLUMN_NAMES)
-    assert metrics.PHASES == ("env", "infer", "learn", "transfer", "wait", "checkpoint",
+    assert schema.PHASES == ("env", "infer", "learn", "transfer", "wait", "checkpoint",
                               "iteration")
 
 
@@ -82,14 +89,14 @@ def test_validate_row_checks_and_coerces_types():
 # --- ParquetSink ----------------------------------------------------------------------------
 
 def test_parquet_reads_back_with_declared_dtypes(tmp_path):
-    path = tmp_path / "run" / metrics.METRICS_FILENAME
+    path = tmp_path / "run" / schema.METRICS_FILENAME
     sink = ParquetSink(path)
     for i in (1, 2):
         sink.write(make_row(i, episodic_return_mean=math.nan))
     assert pq.read_schema(path).equals(ITERATION_SCHEMA)
     df = pd.read_parquet(path)
     assert list(df.columns) == EXPECTED_COLUMNS
-    for c in metrics.COLUMNS:
+    for c in schema.COLUMNS:
         kind = {"string": "string", "int64": "int64", "double": "float64"}[str(c.dtype)]
         if kind == "string":
             assert pd.api.types.is_string_dtype(df[c.name]), c.name
@@ -147,7 +154,7 @@ def test_parquet_failed_flush_keeps_old_file(tmp_path, monkeypatch):
         Path(where).write_bytes(b"PAR1 half a file")
         raise OSError("disk full")
 
-    monkeypatch.setattr(metrics.pq, "write_table", crash_midway)
+    monkeypatch.setattr(parquet.pq, "write_table", crash_midway)
     with pytest.raises(OSError):
         sink.write(make_row(2))
     monkeypatch.undo()
@@ -162,7 +169,7 @@ def test_parquet_failed_flush_keeps_old_file(tmp_path, monkeypatch):
 
 def test_phase_timer_sums_resets_and_fills_all_columns(monkeypatch):
     clock = iter([10.0, 10.5, 20.0, 21.25, 30.0, 34.0])
-    monkeypatch.setattr(metrics.time, "perf_counter", lambda: next(clock))
+    monkeypatch.setattr(stats.time, "perf_counter", lambda: next(clock))
     timer = PhaseTimer()
     with timer.phase("env"):
         pass
@@ -201,7 +208,7 @@ def test_tensorboard_scalars_and_hparams_read_back(tmp_path):
     ea.Reload()
     expected = {"charts/episodic_return", "charts/episodic_length", "charts/learning_rate",
                 "charts/SPS", *(f"losses/{c}" for c in LOSS_COLUMNS),
-                *(f"perf/t_{p}_s" for p in metrics.PHASES)}
+                *(f"perf/t_{p}_s" for p in schema.PHASES)}
     assert set(ea.Tags()["scalars"]) == expected
 
     def points(tag):
@@ -273,12 +280,13 @@ def test_docs_table_is_the_generated_schema():
     doc = (ROOT / "docs" / "metrics.md").read_text()
     begin = doc.index("\n", doc.index("<!-- schema:begin")) + 1
     assert doc[begin:doc.index("<!-- schema:end -->")] == schema_markdown()
-    for tag in metrics.TB_SCALARS:
+    for tag in tensorboard.TB_SCALARS:
         assert f"`{tag}`" in doc, tag
 
 
 def test_metrics_is_ray_free_and_light():
-    code = ("import sys, distppo.metrics, distppo.progress; "
+    code = ("import sys, distppo.telemetry.schema, distppo.telemetry.parquet, "
+            "distppo.telemetry.tensorboard, distppo.telemetry.stats, distppo.telemetry.progress; "
             "print(sorted(m for m in ('ray', 'torch') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
                          text=True, check=True).stdout

@@ -4,13 +4,20 @@ import pytest
 import torch
 
 from distppo.config import TrainConfig
-from distppo.models import Agent, LSTMAgent
-from distppo.ppo import (annealed_lr, compute_gae, env_minibatches, explained_variance,
-                         flat_minibatches, ppo_loss)
+from distppo.core.models import Agent, LSTMAgent
+from distppo.core.ppo import (
+    annealed_lr,
+    compute_gae,
+    env_minibatches,
+    explained_variance,
+    flat_minibatches,
+    ppo_loss,
+)
 
 
 def slow_gae(rewards, values, dones, next_value, next_done, gamma, lam):
-    """Per env, per step, straight from the GAE definition with done masking (Schulman 2016, eq. 16)."""
+    """Per env, per step, straight from the GAE definition with done masking (Schulman 2016,
+    eq. 16)."""
     T, N = rewards.shape
     adv = np.zeros((T, N))
     for n in range(N):
@@ -37,7 +44,8 @@ def test_gae_matches_slow_reference():
     values = rng.normal(size=(T, N))
     dones = rng.random((T, N)) < 0.15
     next_value, next_done = rng.normal(size=N), rng.random(N) < 0.3
-    adv, ret = compute_gae(*(torch.tensor(a) for a in (rewards, values, dones, next_value, next_done)),
+    adv, ret = compute_gae(*(torch.tensor(a)
+                             for a in (rewards, values, dones, next_value, next_done)),
                            gamma=0.99, gae_lambda=0.95)
     ref_adv, ref_ret = slow_gae(rewards, values, dones, next_value, next_done, 0.99, 0.95)
     np.testing.assert_allclose(adv.numpy(), ref_adv, rtol=1e-10, atol=1e-10)
@@ -64,7 +72,8 @@ def test_gae_done_cuts_bootstrap():
     rewards = torch.tensor([[1.0], [5.0]])
     values = torch.tensor([[0.5], [3.0]])
     dones = torch.tensor([[False], [True]])
-    adv, _ = compute_gae(rewards, values, dones, torch.tensor([7.0]), torch.tensor([False]), 0.99, 0.95)
+    adv, _ = compute_gae(rewards, values, dones, torch.tensor([7.0]), torch.tensor([False]),
+                         0.99, 0.95)
     assert adv[0, 0].item() == pytest.approx(1.0 - 0.5)
     assert adv[1, 0].item() == pytest.approx(5.0 + 0.99 * 7.0 - 3.0)
 
@@ -78,7 +87,8 @@ def test_ppo_loss_hand_computed():
     oldvalues = torch.tensor([1.2, 0.5])
     entropy = torch.tensor([1.0, 0.5])
     loss, stats = ppo_loss(newlogprob, entropy, newvalue, oldlogprob, adv, returns, oldvalues,
-                           clip_coef=0.1, ent_coef=0.01, vf_coef=0.5, norm_adv=False, clip_vloss=True)
+                           clip_coef=0.1, ent_coef=0.01, vf_coef=0.5, norm_adv=False,
+                           clip_vloss=True)
     r = np.array([0.5 / 0.4, 0.2 / 0.25])  # 1.25, 0.8
     # sample 0: A=1, max(-1.25, -1.1) = -1.1; sample 1: A=-2, max(1.6, 1.8) = 1.8
     pg = (-1.1 + 1.8) / 2
@@ -127,7 +137,8 @@ def test_env_minibatches_are_whole_sequences_time_major():
         assert len(envs) == 2
         # time-major: row t holds the minibatch envs at step t, in mbenvinds order
         np.testing.assert_array_equal(inds.reshape(T, 2) % N, np.tile(envs, (T, 1)))
-        np.testing.assert_array_equal(inds.reshape(T, 2) // N, np.repeat(np.arange(T), 2).reshape(T, 2))
+        np.testing.assert_array_equal(inds.reshape(T, 2) // N,
+                                      np.repeat(np.arange(T), 2).reshape(T, 2))
 
 
 def test_annealed_lr_schedule():
@@ -172,7 +183,8 @@ def test_lstm_fast_path_equals_stepwise_outputs_and_gradients():
     out_fast, (h_fast, c_fast) = agent.get_states(x, state, done)
     (out_fast.sum() + h_fast.sum() * 0.3 + c_fast.sum() * 0.7).backward()
     grads_fast = {k: p.grad.clone() for k, p in agent.named_parameters() if p.grad is not None}
-    assert any(k.startswith("lstm.") for k in grads_fast) and any(k.startswith("network.") for k in grads_fast)
+    assert any(k.startswith("lstm.") for k in grads_fast)
+    assert any(k.startswith("network.") for k in grads_fast)
     agent.zero_grad()
     out_slow, (h_slow, c_slow) = agent.get_states_stepwise(x, state, done)
     (out_slow.sum() + h_slow.sum() * 0.3 + c_slow.sum() * 0.7).backward()

@@ -19,8 +19,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from distppo.report import aggregates, references
+
 from conftest import REPO, assert_one_line_error, run_cli
-from distppo import aggregates, references
 
 SWEEP = os.path.join(REPO, "tests", "data", "sweep-tiny")
 DATA = os.path.join(REPO, "distppo", "data")
@@ -112,8 +113,8 @@ def report_json(report_dir):
 def test_fixture_is_a_sweep_with_gaps(sweep_files):
     """The committed sweep has what the report must handle: two algos, finished trials, a game
     that never finishes in the budget (Pong: NaN return), and the contract's columns."""
-    from distppo.metrics import SWEEP_ITERATION_SCHEMA, TRIAL_SCHEMA
-    from distppo.sweepdata import ITERATION_COLUMNS, TRIAL_COLUMNS
+    from distppo.report.load import ITERATION_COLUMNS, TRIAL_COLUMNS
+    from distppo.telemetry.schema import SWEEP_ITERATION_SCHEMA, TRIAL_SCHEMA
     trials, iters = sweep_files
     assert set(TRIAL_COLUMNS) <= set(TRIAL_SCHEMA.names) <= set(trials.columns)
     assert set(ITERATION_COLUMNS) <= set(SWEEP_ITERATION_SCHEMA.names) <= set(iters.columns)
@@ -273,7 +274,7 @@ def test_plots_are_real_images(report_dir):
 
 
 def test_cleanrl_runtime_is_the_last_tenth_of_rows():
-    from distppo.sweepdata import cleanrl_minutes
+    from distppo.report.load import cleanrl_minutes
     wall = pd.Series([60.0 * i for i in range(1, 21)])  # 20 rows, 1..20 minutes
     assert cleanrl_minutes(wall) == 19.5                # mean of the last 2 rows
     assert cleanrl_minutes(wall[:5]) == 5.0             # under 10 rows: the last row
@@ -404,7 +405,7 @@ def test_partial_sweep_shows_missing_runs(tmp_path, sweep_files):
 
 def test_sweep_wall_clock_from_file_times(tmp_path):
     """sweep.json is written when the sweep starts, trials.parquet when trials finish."""
-    from distppo import sweepdata
+    from distppo.report import load as sweepdata
     for name in ("trials.parquet", "iterations.parquet", "sweep.json"):
         shutil.copy(os.path.join(SWEEP, name), tmp_path / name)
     os.utime(tmp_path / "sweep.json", (1_700_000_000, 1_700_000_000))
@@ -443,7 +444,7 @@ def test_compare_two_algos(tmp_path, sweep_files):
 def test_file_uri_and_ray_free(tmp_path):
     """A file:// URI reads like a path, in a process where importing Ray fails."""
     code = ("import sys; sys.modules['ray'] = None\n"
-            "from distppo.report import write_report\n"
+            "from distppo.report.write import write_report\n"
             f"print(write_report('file://{SWEEP}', {str(tmp_path)!r}, reps=200, plots=False))\n")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO,
                           timeout=120)

@@ -5,15 +5,17 @@ import pandas as pd
 import pytest
 import torch
 
+from distppo.telemetry.schema import COLUMN_NAMES
+
 from conftest import run_cli
-from distppo.metrics import COLUMN_NAMES
 
 SMALL = ["--num-envs", "4", "--num-steps", "32", "--num-minibatches", "2", "--update-epochs", "2",
          "--total-timesteps", "256", "--checkpoint-every", "1"]
 
 
-@pytest.mark.parametrize("mode", ["local", "ray"])
-@pytest.mark.parametrize("backend, env_id", [("envpool", "Breakout-v5"), ("gym", "BreakoutNoFrameskip-v4")])
+@pytest.mark.parametrize("mode", ["local", pytest.param("ray", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("backend, env_id", [("envpool", "Breakout-v5"),
+                                             ("gym", "BreakoutNoFrameskip-v4")])
 @pytest.mark.parametrize("algo", ["ppo", "ppo_lstm"])
 def test_two_iterations(request, tmp_path, mode, backend, env_id, algo):
     if mode == "ray":

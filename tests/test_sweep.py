@@ -19,9 +19,10 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 import pytest
 
+from distppo.telemetry import schema as metrics
+from distppo.telemetry.schema import SWEEP_ITERATION_SCHEMA, TRIAL_SCHEMA
+
 from conftest import REPO, run_cli
-from distppo import metrics
-from distppo.metrics import SWEEP_ITERATION_SCHEMA, TRIAL_SCHEMA
 
 # 2 iterations of 2 envs x 16 steps; half a CPU per bundle so two trials share the 4-CPU cluster.
 TINY = ["--backend", "gym", "--num-envs", "2", "--num-steps", "16", "--num-minibatches", "2",
@@ -69,6 +70,7 @@ def wait_for_free_cpus(expected: float, timeout: float = 60.0) -> None:
 
 # --- 1. a grid finishes ------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_grid_finishes_with_declared_schemas(ray_cluster, tmp_path):
     # Runners and learner as actors in each trial's placement group (the default, not --local).
     proc = run_cli("sweep", *GAMES, "--seeds", "1", "2", *TINY, "--storage", tmp_path,
@@ -108,13 +110,15 @@ def test_grid_finishes_with_declared_schemas(ray_cluster, tmp_path):
 
 # --- 2. kill the driver, resume ----------------------------------------------------------------
 
+@pytest.mark.slow
 def test_killed_driver_resumes_without_rerunning_finished_trials(ray_cluster, tmp_path):
     # One trial at a time, 30 iterations of ~0.1 s each: the kill lands while the second runs.
     args = ["sweep", *GAMES, "--seeds", "1", "2", *TINY, "--num-steps", "64", "--update-epochs",
-            "4", "--total-timesteps", str(30 * 2 * 64), "--local", "--max-concurrent-trials", "1", "--storage", str(tmp_path), "--name", "kill"]
+            "4", "--total-timesteps", str(30 * 2 * 64), "--local", "--max-concurrent-trials", "1",
+            "--storage", str(tmp_path), "--name", "kill"]
     sweep_dir = tmp_path / "kill"
     log = open(tmp_path / "driver.log", "w")
-    driver = subprocess.Popen([sys.executable, "-m", "distppo.cli", *args], cwd=REPO,
+    driver = subprocess.Popen([sys.executable, "-m", "distppo", *args], cwd=REPO,
                               stdout=log, stderr=subprocess.STDOUT,
                               env=dict(os.environ, PYTHONUNBUFFERED="1"))
     try:
@@ -159,10 +163,13 @@ def test_killed_driver_resumes_without_rerunning_finished_trials(ray_cluster, tm
 
 # --- 3. a crashing trial restarts from its checkpoint ------------------------------------------
 
+@pytest.mark.slow
 def test_crashed_trial_restarts_from_checkpoint(ray_cluster, tmp_path):
+    # testing/faults.py: the trial's run raises once at iteration 2 (the driver forwards the
+    # variable to the trial's Ray worker)
     proc = run_cli("sweep", "--games", "CartPole-v1", "--seeds", "7", *TINY,
-                   "--total-timesteps", "96", "--fail-once-at-iteration", "2",
-                   "--max-failures", "1", "--storage", tmp_path, "--name", "crash", timeout=300)
+                   "--total-timesteps", "96", "--max-failures", "1", "--storage", tmp_path,
+                   "--name", "crash", timeout=300, env={"DISTPPO_FAULT_ITERATION": "2"})
     assert proc.returncode == 0, proc.stderr[-3000:]
     sweep_dir = tmp_path / "crash"
     iterations, trials = read(sweep_dir / "iterations.parquet"), read(sweep_dir / "trials.parquet")
@@ -170,7 +177,8 @@ def test_crashed_trial_restarts_from_checkpoint(ray_cluster, tmp_path):
     assert trials["restarts"].to_pylist() == [1]
     # Attempt 1 started from scratch; attempt 2 from the checkpoint of iteration 1, not 0.
     assert final_trial_json(sweep_dir, "CartPole-v1__ppo__7")["resumed_from"] == [0, 1]
-    assert "injected failure at iteration 2" in (sweep_dir / "CartPole-v1__ppo__7" / "error.txt").read_text()
+    error = (sweep_dir / "CartPole-v1__ppo__7" / "error.txt").read_text()
+    assert "failure injected at iteration 2" in error
 
 
 # --- 4. S3 storage on a loopback S3 server -----------------------------------------------------
@@ -191,12 +199,13 @@ def s3_server():
     server.stop()
 
 
+@pytest.mark.slow
 def test_s3_storage(s3_server, tmp_path):
     fs, creds = s3_server
     # Its own Ray (no RAY_ADDRESS): trial workers get the credentials from the environment.
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     env.update(creds, PYTHONUNBUFFERED="1")
-    base = [sys.executable, "-m", "distppo.cli", "sweep", "--games", "CartPole-v1", "--seeds", "1",
+    base = [sys.executable, "-m", "distppo", "sweep", "--games", "CartPole-v1", "--seeds", "1",
             *TINY, "--local", "--name", "s3"]
     bad = subprocess.run([*base, "--storage", "s3://no-such-bucket/sweeps"], env=env, cwd=REPO,
                          capture_output=True, text=True, timeout=120)
@@ -235,11 +244,13 @@ def test_unknown_game_starts_nothing(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow
 def test_bad_inputs(ray_cluster, tmp_path):
     (tmp_path / "a_file").write_text("not a folder")
     cases = [
         (["--resume", "--storage", tmp_path, "--name", "nothing"], ["holds no sweep"]),
-        (["--games", "CartPole-v1", *TINY, "--storage", tmp_path / "a_file"], ["cannot be written"]),
+        (["--games", "CartPole-v1", *TINY, "--storage", tmp_path / "a_file"],
+         ["cannot be written"]),
         (["--games", "CartPole-v1", *TINY, "--learner-gpus", "1", "--storage", tmp_path / "gpu"],
          ["1 GPU", "largest Ray node has", "0 GPU"]),
         (["--games", "CartPole-v1", *TINY, "--runner-cpus", "64", "--storage", tmp_path / "cpu"],
@@ -256,7 +267,7 @@ def test_bad_inputs(ray_cluster, tmp_path):
 
 def test_games_expand_and_docs_hold_the_schemas():
     from distppo.envs.games import ATARI_57
-    from distppo.sweep import expand_games
+    from distppo.sweep.driver import expand_games
     assert expand_games(["atari57"]) == ATARI_57 and len(ATARI_57) == 57
     assert expand_games(["Pong-v5", "atari57"])[:2] == ("Pong-v5", ATARI_57[0])
     doc = (Path(REPO) / "docs" / "metrics.md").read_text()

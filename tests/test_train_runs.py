@@ -9,9 +9,11 @@ import cv2
 import pandas as pd
 import pytest
 
-from conftest import REPO, run_cli
 from distppo.config import TrainConfig
-from distppo.trainer import LocalBackend, train
+from distppo.core.backend import LocalBackend
+from distppo.core.loop import train
+
+from conftest import REPO, run_cli
 
 LOSSES = ["policy_loss", "value_loss", "entropy", "old_approx_kl", "approx_kl", "clipfrac",
           "explained_variance", "episodic_return_mean", "global_step"]
@@ -22,7 +24,7 @@ LOSSES = ["policy_loss", "value_loss", "entropy", "old_approx_kl", "approx_kl", 
     ("Breakout-v5", "envpool", "ppo_lstm"),
 ])
 def test_local_and_ray_identical(ray_cluster, tmp_path, env_id, backend, algo):
-    from distppo.ray_backend import RayBackend
+    from distppo.distributed.backend import RayBackend
     cfg = TrainConfig().replace(env_id=env_id, backend=backend, algo=algo, num_envs=4,
                                 num_steps=32, num_minibatches=2, update_epochs=2,
                                 total_timesteps=3 * 128, output_dir=str(tmp_path))
@@ -44,11 +46,12 @@ def _wait_for(predicate, timeout, what):
     raise TimeoutError(what)
 
 
+@pytest.mark.slow
 def test_kill_and_resume(tmp_path):
     args = ["train", "--local", "--env-id", "CartPole-v1", "--backend", "gym", "--num-envs", "2",
             "--num-steps", "64", "--num-minibatches", "2", "--total-timesteps", str(128 * 60),
             "--checkpoint-every", "5", "--output-dir", str(tmp_path), "--run-name", "r"]
-    proc = subprocess.Popen([sys.executable, "-m", "distppo.cli", *args], cwd=REPO,
+    proc = subprocess.Popen([sys.executable, "-m", "distppo", *args], cwd=REPO,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     ckpts = tmp_path / "r" / "checkpoints"
     try:
@@ -71,6 +74,7 @@ def test_kill_and_resume(tmp_path):
     assert (df["learning_rate"].diff().dropna() < 0).all()  # the schedule continued, not restarted
 
 
+@pytest.mark.slow
 def test_eval_prints_return_and_writes_video(tmp_path):
     train_args = ["train", "--local", "--env-id", "Breakout-v5", "--backend", "envpool",
                   "--num-envs", "2", "--num-steps", "16", "--num-minibatches", "2",

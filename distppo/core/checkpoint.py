@@ -9,7 +9,7 @@ import random
 import numpy as np
 import torch
 
-from .runinfo import UserError
+from distppo.errors import UserError
 
 CHECKPOINT_GLOB = "ckpt_*.pt"
 
@@ -49,7 +49,8 @@ def save_checkpoint(run_dir: str, iteration: int, state: dict) -> str:
 def latest_checkpoint(run_dir: str) -> str:
     paths = sorted(glob.glob(os.path.join(checkpoint_dir(run_dir), CHECKPOINT_GLOB)))
     if not paths:
-        raise UserError(f"{run_dir} has no checkpoint (expected {checkpoint_dir(run_dir)}/ckpt_*.pt)")
+        raise UserError(f"{run_dir} has no checkpoint "
+                        f"(expected {checkpoint_dir(run_dir)}/ckpt_*.pt)")
     return paths[-1]
 
 
@@ -58,7 +59,8 @@ def load_checkpoint(path: str, map_location="cpu") -> dict:
         state = torch.load(path, map_location=map_location, weights_only=True)
     except Exception as exc:  # torch raises several types for a damaged file
         raise UserError(f"checkpoint {path} cannot be read ({exc.__class__.__name__}): "
-                        "it is corrupt or incomplete; delete it to resume from an earlier one") from None
+                        "it is corrupt or incomplete; delete it to resume from an earlier one"
+                        ) from None
     for key in ("learner", "iteration", "global_step"):
         if not isinstance(state, dict) or key not in state:
             raise UserError(f"checkpoint {path} lacks {key!r}: it was not written by distppo")

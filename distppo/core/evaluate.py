@@ -6,11 +6,12 @@ import os
 import numpy as np
 import torch
 
-from .checkpoint import latest_checkpoint, load_checkpoint
-from .envs.vector import make_vector_env
-from .models import LSTMAgent, make_agent, preprocess
-from .runinfo import UserError, read_config_json
-from .sampler import frame_stack
+from distppo.core.checkpoint import latest_checkpoint, load_checkpoint
+from distppo.core.models import make_agent
+from distppo.core.policy import PolicyState, policy_step
+from distppo.envs.factory import frame_stack, make_vector_env
+from distppo.errors import UserError
+from distppo.telemetry.runinfo import read_config_json
 
 MAX_EVAL_STEPS = 10_000_000  # a game that never ends (a stuck policy) must not hang eval
 
@@ -29,22 +30,12 @@ def evaluate(run_dir: str, episodes: int = 10, greedy: bool = False, video: bool
     agent = make_agent(cfg.ppo.algo, tuple(env.obs_shape), env.num_actions)
     agent.load_state_dict(state["learner"]["model"])
     generator = torch.Generator().manual_seed(cfg.seed)
-    is_lstm = isinstance(agent, LSTMAgent)
-    lstm_state = agent.initial_state(1) if is_lstm else None
+    policy = PolicyState(agent, 1)
     obs, done = env.reset(), np.zeros(1, dtype=bool)
     returns = []
     try:
         for _ in range(MAX_EVAL_STEPS):
-            x = torch.from_numpy(obs)
-            if is_lstm:
-                hidden, lstm_state = agent.get_states(x, lstm_state, torch.from_numpy(done).float())
-                logits = agent.actor(hidden)
-            else:
-                logits = agent.actor(agent.network(preprocess(x)))
-            if greedy:
-                action = logits.argmax(dim=-1)
-            else:
-                action = torch.multinomial(torch.softmax(logits, -1), 1, generator=generator).squeeze(-1)
+            action, _, _ = policy_step(agent, obs, done, policy, generator, greedy)
             result = env.step(action.numpy())
             obs, done = result.obs, result.done
             returns += [ep.ret for ep in result.episodes]
@@ -52,8 +43,8 @@ def evaluate(run_dir: str, episodes: int = 10, greedy: bool = False, video: bool
                 break
     finally:
         env.close()
-    out = {"episodes": len(returns), "mean": float(np.mean(returns)), "std": float(np.std(returns)),
-           "returns": returns}
+    out = {"episodes": len(returns), "mean": float(np.mean(returns)),
+           "std": float(np.std(returns)), "returns": returns}
     if video_dir and os.path.isdir(video_dir):
         files = sorted(f for f in os.listdir(video_dir) if f.endswith(".mp4"))
         out["video"] = os.path.join(video_dir, files[0]) if files else None

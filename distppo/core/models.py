@@ -51,9 +51,13 @@ def preprocess(x: torch.Tensor) -> torch.Tensor:
     return x.float()
 
 
-def sample(probs: Categorical, generator: torch.Generator | None) -> torch.Tensor:
+def sample(probs: Categorical, generator: torch.Generator | None, greedy: bool = False
+           ) -> torch.Tensor:
     """Categorical.sample() with an explicit generator: each sampler owns its random stream,
-    so one process (local mode) and one process per runner (Ray) draw the same actions."""
+    so one process (local mode) and one process per runner (Ray) draw the same actions.
+    `greedy`: the most likely action instead (`distppo eval --greedy`)."""
+    if greedy:
+        return probs.probs.argmax(dim=-1)
     return torch.multinomial(probs.probs, 1, True, generator=generator).squeeze(-1)
 
 
@@ -78,13 +82,13 @@ class Agent(nn.Module):
         return self._value(x, self.network(x) if self.critic_network is None else None)
 
     def get_action_and_value(self, x: torch.Tensor, action: torch.Tensor | None = None,
-                             generator: torch.Generator | None = None):
+                             generator: torch.Generator | None = None, greedy: bool = False):
         x = preprocess(x)
         hidden = self.network(x)
         logits = self.actor(hidden)
         probs = Categorical(logits=logits)
         if action is None:
-            action = sample(probs, generator)
+            action = sample(probs, generator, greedy)
         return action, probs.log_prob(action), probs.entropy(), self._value(x, hidden)
 
 
@@ -143,7 +147,8 @@ class LSTMAgent(nn.Module):
         outputs = []
         for h_t, d in zip(hidden, done):
             keep = (1.0 - d.float()).view(1, -1, 1)
-            h_t, lstm_state = self.lstm(h_t.unsqueeze(0), (keep * lstm_state[0], keep * lstm_state[1]))
+            h_t, lstm_state = self.lstm(h_t.unsqueeze(0),
+                                        (keep * lstm_state[0], keep * lstm_state[1]))
             outputs += [h_t]
         return torch.flatten(torch.cat(outputs), 0, 1), lstm_state
 
@@ -151,14 +156,17 @@ class LSTMAgent(nn.Module):
         hidden, _ = self.get_states(x, lstm_state, done)
         return self.critic(hidden)
 
-    def get_action_and_value(self, x, lstm_state, done, action=None, generator=None):
+    def get_action_and_value(self, x, lstm_state, done, action=None, generator=None,
+                             greedy=False):
         hidden, lstm_state = self.get_states(x, lstm_state, done)
         logits = self.actor(hidden)
         probs = Categorical(logits=logits)
         if action is None:
-            action = sample(probs, generator)
+            action = sample(probs, generator, greedy)
         return action, probs.log_prob(action), probs.entropy(), self.critic(hidden), lstm_state
 
 
 def make_agent(algo: str, obs_shape: tuple, num_actions: int) -> nn.Module:
-    return LSTMAgent(obs_shape, num_actions) if algo == "ppo_lstm" else Agent(obs_shape, num_actions)
+    if algo == "ppo_lstm":
+        return LSTMAgent(obs_shape, num_actions)
+    return Agent(obs_shape, num_actions)

@@ -1,7 +1,9 @@
 """RolloutBatch: what an env runner hands a learner for one iteration.
 
 Arrays are numpy, time-major [T, N, ...]; observations keep the env's dtype (uint8 on Atari),
-so no float copy ever crosses a process boundary.
+so no float copy ever crosses a process boundary. The batch's `meta` is what the training loop
+needs without the arrays: on Ray the arrays go from the runner to the learners through the
+object store and never pass through the loop, which only receives the meta.
 """
 from __future__ import annotations
 
@@ -12,16 +14,14 @@ import numpy as np
 
 @dataclass(frozen=True)
 class RolloutMeta:
-    """What the trainer needs of a batch without its arrays: on Ray the arrays go from the
-    runner to the learners through the object store and never pass through the trainer."""
     num_steps: int
     num_envs: int
-    episode_returns: tuple
-    episode_lengths: tuple
-    t_env_s: float
-    t_infer_s: float
-    weights_version: int
-    runner_index: int
+    episode_returns: tuple = ()  # raw full-game returns finished in this rollout
+    episode_lengths: tuple = ()  # agent steps of those games
+    t_env_s: float = 0.0         # seconds spent stepping envs
+    t_infer_s: float = 0.0       # seconds spent in policy forward passes
+    weights_version: int = -1    # version of the weights that sampled this batch
+    runner_index: int = 0
 
 
 @dataclass
@@ -35,14 +35,11 @@ class RolloutBatch:
     next_value: np.ndarray   # [N] float32, bootstrap value of the observation after step T-1
     next_done: np.ndarray    # [N] bool
     lstm_state: tuple | None = None  # (h, c), each [1, N, H] float32: state at rollout start
-    episode_returns: list = field(default_factory=list)  # raw full-game returns finished here
-    episode_lengths: list = field(default_factory=list)  # agent steps of those games
-    t_env_s: float = 0.0     # seconds spent stepping envs
-    t_infer_s: float = 0.0   # seconds spent in policy forward passes
-    weights_version: int = -1  # version of the weights that sampled this batch
-    runner_index: int = 0
+    meta: RolloutMeta = field(default=None)  # type: ignore[assignment]  # set in __post_init__
 
     def __post_init__(self) -> None:
+        if self.meta is None:
+            self.meta = RolloutMeta(self.num_steps, self.num_envs)
         self.validate()
 
     @property
@@ -64,11 +61,8 @@ class RolloutBatch:
                 raise ValueError(f"RolloutBatch.{name} has shape {getattr(self, name).shape}")
         if self.lstm_state is not None and self.lstm_state[0].shape[1] != n:
             raise ValueError("RolloutBatch.lstm_state does not match the number of envs")
-
-    def meta(self) -> RolloutMeta:
-        return RolloutMeta(self.num_steps, self.num_envs, tuple(self.episode_returns),
-                           tuple(self.episode_lengths), self.t_env_s, self.t_infer_s,
-                           self.weights_version, self.runner_index)
+        if (self.meta.num_steps, self.meta.num_envs) != (t, n):
+            raise ValueError("RolloutBatch.meta does not match the arrays' [T, N]")
 
     @staticmethod
     def concat(batches: list["RolloutBatch"]) -> "RolloutBatch":
@@ -82,25 +76,32 @@ class RolloutBatch:
         lstm = None
         if batches[0].lstm_state is not None:
             lstm = tuple(np.concatenate([b.lstm_state[i] for b in batches], axis=1) for i in (0, 1))
+        metas = [b.meta for b in batches]
+        meta = RolloutMeta(
+            num_steps=metas[0].num_steps, num_envs=sum(m.num_envs for m in metas),
+            episode_returns=tuple(r for m in metas for r in m.episode_returns),
+            episode_lengths=tuple(n for m in metas for n in m.episode_lengths),
+            t_env_s=max(m.t_env_s for m in metas), t_infer_s=max(m.t_infer_s for m in metas),
+            weights_version=min(m.weights_version for m in metas))
         return RolloutBatch(
             obs=cat("obs", 1), actions=cat("actions", 1), logprobs=cat("logprobs", 1),
             values=cat("values", 1), rewards=cat("rewards", 1), dones=cat("dones", 1),
             next_value=cat("next_value", 0), next_done=cat("next_done", 0), lstm_state=lstm,
-            episode_returns=[r for b in batches for r in b.episode_returns],
-            episode_lengths=[n for b in batches for n in b.episode_lengths],
-            t_env_s=max(b.t_env_s for b in batches), t_infer_s=max(b.t_infer_s for b in batches),
-            weights_version=min(b.weights_version for b in batches),
-        )
+            meta=meta)
 
     def env_slice(self, start: int, stop: int) -> "RolloutBatch":
-        """The sub-batch of envs [start, stop): how data-parallel learners split the work."""
+        """The sub-batch of envs [start, stop): how data-parallel learners split the work.
+        Its meta keeps the version and runner; games and timings stay with the whole batch."""
         lstm = None
         if self.lstm_state is not None:
             lstm = tuple(s[:, start:stop] for s in self.lstm_state)
+        meta = RolloutMeta(self.num_steps, stop - start,
+                           weights_version=self.meta.weights_version,
+                           runner_index=self.meta.runner_index)
         return RolloutBatch(
             obs=self.obs[:, start:stop], actions=self.actions[:, start:stop],
             logprobs=self.logprobs[:, start:stop], values=self.values[:, start:stop],
             rewards=self.rewards[:, start:stop], dones=self.dones[:, start:stop],
             next_value=self.next_value[start:stop], next_done=self.next_done[start:stop],
-            lstm_state=lstm, weights_version=self.weights_version, runner_index=self.runner_index,
+            lstm_state=lstm, meta=meta,
         )

@@ -1,7 +1,7 @@
 """Sampler: steps a vector env with a CPU copy of the policy and returns one RolloutBatch.
 
 This is the rollout half of CleanRL's loop, unchanged, as a plain object: the local backend
-calls it directly, the EnvRunner actor (runners.py) only forwards to it.
+calls it directly, the EnvRunner actor (distributed/runners.py) only forwards to it.
 """
 from __future__ import annotations
 
@@ -10,11 +10,12 @@ import time
 import numpy as np
 import torch
 
-from .config import TrainConfig
-from .envs.vector import make_vector_env
-from .models import LSTMAgent, make_agent
-from .rollout import RolloutBatch
-from .seeds import env_seed
+from distppo.config import TrainConfig
+from distppo.core.models import make_agent
+from distppo.core.policy import PolicyState, policy_step, policy_value
+from distppo.core.rollout import RolloutBatch, RolloutMeta
+from distppo.core.seeds import env_seed
+from distppo.envs.factory import frame_stack, make_vector_env
 
 
 class Sampler:
@@ -25,11 +26,10 @@ class Sampler:
         self.agent = agent
         self.num_steps = num_steps
         self.runner_index = runner_index
-        self.is_lstm = isinstance(agent, LSTMAgent)
         self.weights_version = 0
         self.next_obs = None  # [N, *obs_shape], reset lazily so the SPS timer covers it
         self.next_done = np.zeros(vec_env.num_envs, dtype=bool)
-        self.lstm_state = agent.initial_state(vec_env.num_envs) if self.is_lstm else None
+        self.state = PolicyState(agent, vec_env.num_envs)
 
     def set_weights(self, state_dict: dict, version: int) -> None:
         self.agent.load_state_dict(state_dict)
@@ -50,21 +50,16 @@ class Sampler:
         rewards = np.zeros((t_steps, n), dtype=np.float32)
         dones = np.zeros((t_steps, n), dtype=bool)
         initial_lstm_state = None
-        if self.is_lstm:
-            initial_lstm_state = tuple(s.numpy().copy() for s in self.lstm_state)
+        if self.state.is_lstm:
+            initial_lstm_state = tuple(s.numpy().copy() for s in self.state.lstm)
         episode_returns, episode_lengths = [], []
 
         for step in range(t_steps):
             obs[step] = self.next_obs
             dones[step] = self.next_done
             start = time.perf_counter()
-            x = torch.from_numpy(self.next_obs)
-            if self.is_lstm:
-                done_t = torch.from_numpy(self.next_done).float()
-                action, logprob, _, value, self.lstm_state = self.agent.get_action_and_value(
-                    x, self.lstm_state, done_t, generator=self.generator)
-            else:
-                action, logprob, _, value = self.agent.get_action_and_value(x, generator=self.generator)
+            action, logprob, value = policy_step(self.agent, self.next_obs, self.next_done,
+                                                 self.state, self.generator)
             actions[step] = action.numpy()
             logprobs[step] = logprob.numpy()
             values[step] = value.flatten().numpy()
@@ -80,35 +75,24 @@ class Sampler:
 
         # Bootstrap value with the same weights (CleanRL computes it before the update).
         start = time.perf_counter()
-        x = torch.from_numpy(self.next_obs)
-        if self.is_lstm:
-            next_value = self.agent.get_value(x, self.lstm_state, torch.from_numpy(self.next_done).float())
-        else:
-            next_value = self.agent.get_value(x)
+        next_value = policy_value(self.agent, self.next_obs, self.next_done, self.state)
         t_infer += time.perf_counter() - start
 
+        meta = RolloutMeta(t_steps, n, tuple(episode_returns), tuple(episode_lengths), t_env,
+                           t_infer, self.weights_version, self.runner_index)
         return RolloutBatch(
             obs=obs, actions=actions, logprobs=logprobs, values=values, rewards=rewards,
             dones=dones, next_value=next_value.flatten().numpy().astype(np.float32),
-            next_done=self.next_done.copy(), lstm_state=initial_lstm_state,
-            episode_returns=episode_returns, episode_lengths=episode_lengths,
-            t_env_s=t_env, t_infer_s=t_infer, weights_version=self.weights_version,
-            runner_index=self.runner_index,
-        )
+            next_done=self.next_done.copy(), lstm_state=initial_lstm_state, meta=meta)
 
     def close(self) -> None:
         self.env.close()
 
 
-def frame_stack(algo: str) -> int:
-    """CleanRL stacks 4 frames for the CNN and feeds the LSTM 1 frame."""
-    return 1 if algo == "ppo_lstm" else 4
-
-
 def make_sampler(cfg: TrainConfig, runner_index: int, video_dir: str | None = None) -> Sampler:
     """Runner r's vector env (its seeds derived from the base seed) and a CPU policy copy."""
-    seed = env_seed(cfg.seed, runner_index, cfg.envs_per_runner)
-    vec_env = make_vector_env(cfg.env.env_id, cfg.env.backend, cfg.envs_per_runner, seed,
+    seed = env_seed(cfg.seed, runner_index, cfg.runner_num_envs)
+    vec_env = make_vector_env(cfg.env.env_id, cfg.env.backend, cfg.runner_num_envs, seed,
                               frame_stack(cfg.ppo.algo), video_dir if runner_index == 0 else None)
     agent = make_agent(cfg.ppo.algo, tuple(vec_env.obs_shape), vec_env.num_actions)
     return Sampler(vec_env, agent, cfg.ppo.num_steps, runner_index, seed)

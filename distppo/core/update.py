@@ -13,11 +13,17 @@ import torch
 import torch.nn as nn
 import torch.optim as optim
 
-from .config import TrainConfig
-from .models import LSTMAgent, make_agent
-from .ppo import (annealed_lr, compute_gae, env_minibatches, explained_variance,
-                  flat_minibatches, ppo_loss)
-from .rollout import RolloutBatch
+from distppo.config import TrainConfig
+from distppo.core.models import LSTMAgent, make_agent
+from distppo.core.ppo import (
+    annealed_lr,
+    compute_gae,
+    env_minibatches,
+    explained_variance,
+    flat_minibatches,
+    ppo_loss,
+)
+from distppo.core.rollout import RolloutBatch
 
 
 class GradAllReduce:
@@ -52,7 +58,9 @@ def update(agent: nn.Module, optimizer: optim.Optimizer, batch: RolloutBatch, cf
            iteration: int, rng: np.random.Generator, device: torch.device,
            sync: Optional[GradAllReduce] = None) -> dict:
     p = cfg.ppo
-    lrnow = annealed_lr(p.learning_rate, iteration, cfg.num_iterations) if p.anneal_lr else p.learning_rate
+    lrnow = p.learning_rate
+    if p.anneal_lr:
+        lrnow = annealed_lr(p.learning_rate, iteration, cfg.num_iterations)
     optimizer.param_groups[0]["lr"] = lrnow
 
     def t(a):
@@ -81,11 +89,12 @@ def update(agent: nn.Module, optimizer: optim.Optimizer, batch: RolloutBatch, cf
 
     stats: dict = {}
     clipfracs = []
-    for epoch in range(p.update_epochs):
+    for _epoch in range(p.update_epochs):
         if is_lstm:
             plans = env_minibatches(num_envs, num_steps, p.num_minibatches, rng)
         else:
-            plans = [(None, mb) for mb in flat_minibatches(num_envs * num_steps, p.num_minibatches, rng)]
+            plans = [(None, mb) for mb in
+                     flat_minibatches(num_envs * num_steps, p.num_minibatches, rng)]
         for mbenvinds, mb_inds in plans:
             mb_inds = torch.as_tensor(mb_inds, device=device)
             if is_lstm:
@@ -97,7 +106,8 @@ def update(agent: nn.Module, optimizer: optim.Optimizer, batch: RolloutBatch, cf
                     b_actions[mb_inds],
                 )
             else:
-                _, newlogprob, entropy, newvalue = agent.get_action_and_value(b_obs[mb_inds], b_actions[mb_inds])
+                _, newlogprob, entropy, newvalue = agent.get_action_and_value(
+                    b_obs[mb_inds], b_actions[mb_inds])
             loss, stats = ppo_loss(
                 newlogprob, entropy, newvalue, b_logprobs[mb_inds], b_advantages[mb_inds],
                 b_returns[mb_inds], b_values[mb_inds], clip_coef=p.clip_coef, ent_coef=p.ent_coef,
@@ -132,7 +142,8 @@ def resolve_device(name: str) -> torch.device:
 class PPOLearner:
     """Owns the agent, the optimizer and the minibatch RNG; plain Python, no Ray."""
 
-    def __init__(self, cfg: TrainConfig, obs_shape: tuple, num_actions: int, seed: int, rank: int = 0):
+    def __init__(self, cfg: TrainConfig, obs_shape: tuple, num_actions: int, seed: int,
+                 rank: int = 0):
         self.cfg = cfg
         self.device = resolve_device(cfg.learner.device)
         torch.manual_seed(seed)  # same seed on every learner: identical initial weights

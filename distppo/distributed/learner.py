@@ -1,4 +1,4 @@
-"""Learner: a thin Ray shell around PPOLearner (update.py), plus the process-group setup
+"""Learner: a thin Ray shell around PPOLearner (core/update.py), plus the process-group setup
 that data-parallel learners need (torch.distributed: gloo on CPU, nccl on GPU)."""
 from __future__ import annotations
 
@@ -11,9 +11,10 @@ import ray
 import torch
 import torch.distributed as dist
 
-from .config import TrainConfig
-from .rollout import RolloutBatch
-from .update import GradAllReduce, PPOLearner
+from distppo.config import TrainConfig
+from distppo.core.backend import device_name
+from distppo.core.rollout import RolloutBatch
+from distppo.core.update import GradAllReduce, PPOLearner
 
 GROUP_TIMEOUT = datetime.timedelta(minutes=10)
 
@@ -59,8 +60,13 @@ class Learner:
     def load_state_dict(self, state: dict) -> None:
         self.core.load_state_dict(state)
 
-    def device(self) -> str:
-        return str(self.core.device)
+    def device(self) -> tuple[str, str]:
+        """(torch device, CUDA device name or "")."""
+        device = str(self.core.device)
+        return device, device_name(device)
+
+    def placement_group_id(self) -> str | None:
+        return ray.get_runtime_context().get_placement_group_id()
 
     def pid(self) -> int:
         return os.getpid()

@@ -6,13 +6,10 @@ import os
 import ray
 import torch
 
-from .config import TrainConfig
-from .rollout import RolloutBatch, RolloutMeta
-from .sampler import make_sampler
-
-
-class EnvError(RuntimeError):
-    """An env raised inside a runner; the message names the env and the runner."""
+from distppo.config import TrainConfig
+from distppo.core.rollout import RolloutBatch, RolloutMeta
+from distppo.core.sampler import make_sampler
+from distppo.errors import EnvError
 
 
 class EnvRunner:
@@ -23,7 +20,8 @@ class EnvRunner:
         try:
             self.sampler = make_sampler(cfg, runner_index, video_dir)
         except Exception as exc:
-            raise EnvError(f"{self.label} could not create its envs: {type(exc).__name__}: {exc}") from None
+            raise EnvError(f"{self.label} could not create its envs: "
+                           f"{type(exc).__name__}: {exc}") from None
 
     def env_spec(self) -> tuple[tuple, int]:
         return tuple(self.sampler.env.obs_shape), self.sampler.env.num_actions
@@ -38,14 +36,18 @@ class EnvRunner:
         try:
             batch = self.sampler.collect()
         except Exception as exc:
-            raise EnvError(f"{self.label} failed while stepping: {type(exc).__name__}: {exc}") from None
-        return batch.meta(), batch
+            raise EnvError(f"{self.label} failed while stepping: "
+                           f"{type(exc).__name__}: {exc}") from None
+        return batch.meta, batch
 
     def pid(self) -> int:
         return os.getpid()
 
     def node_id(self) -> str:
         return ray.get_runtime_context().get_node_id()
+
+    def placement_group_id(self) -> str | None:
+        return ray.get_runtime_context().get_placement_group_id()
 
 
 RemoteEnvRunner = ray.remote(EnvRunner)

@@ -1,0 +1,1 @@
+"""Vector envs: EnvPool, gymnasium + ale-py, classic control, behind one VecEnv protocol."""

@@ -13,7 +13,8 @@ from typing import Optional
 
 import numpy as np
 
-from distppo.envs.vector import Episode, StepResult, VideoRecorder
+from distppo.envs.types import Episode, StepResult
+from distppo.envs.video import VideoRecorder
 
 
 class EnvPoolVecEnv:

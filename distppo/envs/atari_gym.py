@@ -12,7 +12,7 @@ import cv2
 import gymnasium as gym
 import numpy as np
 
-from distppo.envs.vector import GameStats
+from distppo.envs.types import GameStats
 
 NOOP, FIRE = 0, 1
 

@@ -8,9 +8,9 @@ from __future__ import annotations
 import gymnasium as gym
 import numpy as np
 
-from distppo.config import ConfigError
 from distppo.envs.games import CARTPOLE_NO_VEL
-from distppo.envs.vector import GameStats
+from distppo.envs.types import GameStats
+from distppo.errors import ConfigError
 
 
 def make_classic_env(env_id: str, render: bool = False) -> tuple[gym.Env, GameStats]:

@@ -14,7 +14,10 @@ import warnings
 from dataclasses import dataclass
 from importlib import resources
 
-from distppo.config import BACKENDS, ConfigError
+from distppo.errors import ConfigError
+
+# Vector env implementations (envs/factory.py builds them).
+BACKENDS = ("envpool", "gym")
 
 # Our own POMDP: CartPole-v1 without the two velocity entries (see classic.py).
 CARTPOLE_NO_VEL = "CartPoleNoVel-v1"

@@ -12,12 +12,12 @@ from typing import Optional
 import numpy as np
 import pandas as pd
 
-from . import aggregates, references
-from .markdown import NONE, f, games_word, pm, table
-from .references import REFERENCE_STEPS, game_order
-from .runinfo import UserError
-from .sweepdata import Sweep
-from .tables import num, section_label, stats
+from distppo.errors import UserError
+from distppo.report import aggregates, references
+from distppo.report.load import Sweep
+from distppo.report.markdown import NONE, f, games_word, pm, table
+from distppo.report.references import REFERENCE_STEPS, game_order
+from distppo.report.tables import num, section_label, stats
 
 
 def select(sweep: Sweep, algo: Optional[str]) -> tuple[str, str]:

@@ -12,10 +12,12 @@ as missing instead of vanishing from a mean.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from typing import Optional
 
 import numpy as np
 import pandas as pd
@@ -23,10 +25,14 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 
-from .references import REFERENCE_STEPS, game_key, game_order
-from .runinfo import UserError
+from distppo.config import SweepConfig
+from distppo.errors import UserError
+from distppo.report.references import REFERENCE_STEPS, game_key, game_order
+from distppo.sweep.layout import ITERATIONS_FILE as ITERATIONS
+from distppo.sweep.layout import SWEEP_JSON as SPEC
+from distppo.sweep.layout import TRIALS_FILE as TRIALS
+from distppo.sweep.layout import filesystem, first_line
 
-ITERATIONS, TRIALS, SPEC = "iterations.parquet", "trials.parquet", "sweep.json"
 TRIAL_COLUMNS = ("trial_id", "env_id", "algo", "backend", "seed", "total_timesteps", "status",
                  "wall_clock_minutes", "final_episodic_return")
 ITERATION_COLUMNS = ("trial_id", "env_id", "algo", "seed", "global_step", "wall_clock_s",
@@ -46,10 +52,10 @@ class Sweep:
     name: str
     trials: pd.DataFrame       # trials.parquet, one row per trial
     iterations: pd.DataFrame   # iterations.parquet, one row per (trial, iteration)
-    spec: dict = field(default_factory=dict)  # sweep.json: the grid asked for, if present
+    spec: Optional[SweepConfig] = None  # sweep.json: the grid asked for, if present
     span_s: float = math.nan   # sweep.json written -> trials.parquet last written, seconds
-    runs: pd.DataFrame = field(init=False)     # one row per trial + derived columns
-    missing: pd.DataFrame = field(init=False)  # one row per grid cell without a finished run
+    runs: pd.DataFrame = dataclasses.field(init=False)     # one row per trial + derived columns
+    missing: pd.DataFrame = dataclasses.field(init=False)  # grid cells without a finished run
 
     def __post_init__(self) -> None:
         self.runs = _runs(self.trials, self.iterations)
@@ -58,8 +64,8 @@ class Sweep:
     @property
     def sections(self) -> list[tuple[str, str]]:
         """(algo, backend) pairs: those asked for, then any others seen, first-seen order."""
-        backend = self.spec.get("train", {}).get("env", {}).get("backend")
-        asked = [(a, backend) for a in self.spec.get("algos", [])] if backend else []
+        asked = ([(a, self.spec.train.env.backend) for a in self.spec.algos]
+                 if self.spec else [])
         seen = list(zip(self.runs["algo"], self.runs["backend"]))
         if "backend" in self.iterations:  # trials still running have iteration rows only
             seen += list(zip(self.iterations["algo"], self.iterations["backend"]))
@@ -68,18 +74,20 @@ class Sweep:
     @property
     def games(self) -> list[str]:
         """Game keys (v5 ids for Atari) asked for or seen."""
-        asked = [game_key(g) for g in self.spec.get("games", [])]
+        asked = [game_key(g) for g in self.spec.games] if self.spec else []
         seen = list(self.runs["game"]) + [game_key(e) for e in self.iterations["env_id"]]
         return game_order(asked + seen)
 
     @property
     def seeds(self) -> list[int]:
-        return sorted({int(s) for s in self.spec.get("seeds", [])} | set(self.runs["seed"])
+        return sorted({int(s) for s in (self.spec.seeds if self.spec else ())}
+                      | set(self.runs["seed"])
                       | {int(s) for s in self.iterations["seed"]})
 
     def label(self, game: str) -> str:
         """The id the sweep itself used for a game (v5 or NoFrameskip-v4)."""
-        for ids in (self.runs["env_id"], self.iterations["env_id"], self.spec.get("games", [])):
+        asked = self.spec.games if self.spec else ()
+        for ids in (self.runs["env_id"], self.iterations["env_id"], asked):
             hit = [e for e in ids if game_key(e) == game]
             if hit:
                 return str(hit[0])
@@ -90,20 +98,6 @@ class Sweep:
         return r[(r["algo"] == algo) & (r["backend"] == backend) & r["done"]]
 
 
-def _filesystem(uri: str) -> tuple[pafs.FileSystem, str]:
-    if "://" in uri:
-        try:
-            return pafs.FileSystem.from_uri(uri)
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError) as exc:
-            raise UserError(f"cannot open sweep {uri}: {_first_line(exc)}") from None
-    return pafs.LocalFileSystem(), os.path.abspath(uri)
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
-
-
 def _read(fs: pafs.FileSystem, path: str, uri: str, what: str, required, optional) -> pd.DataFrame:
     info = fs.get_file_info(path)
     if info.type == pafs.FileType.NotFound:
@@ -112,7 +106,7 @@ def _read(fs: pafs.FileSystem, path: str, uri: str, what: str, required, optiona
         # A file, or a folder partitioned by algo=/env_id= (the sweep may write either).
         dataset = ds.dataset(path, filesystem=fs, format="parquet", partitioning="hive")
     except (pa.ArrowInvalid, OSError) as exc:
-        raise UserError(f"cannot read {uri}/{what}: {_first_line(exc)}") from None
+        raise UserError(f"cannot read {uri}/{what}: {first_line(exc)}") from None
     names = dataset.schema.names
     absent = [c for c in required if c not in names]
     if absent:
@@ -129,7 +123,7 @@ def _read(fs: pafs.FileSystem, path: str, uri: str, what: str, required, optiona
 def load(uri: str) -> Sweep:
     """The sweep at `uri`; UserError (one line) when it is absent or malformed."""
     uri = uri.rstrip("/")
-    fs, root = _filesystem(uri)
+    fs, root = filesystem(uri, "cannot open sweep")
     info = fs.get_file_info(root)
     if info.type != pafs.FileType.Directory:
         raise UserError(f"sweep folder {uri} does not exist" if info.type == pafs.FileType.NotFound
@@ -144,7 +138,7 @@ def load(uri: str) -> Sweep:
                  spec=spec, span_s=span)
 
 
-def _spec(fs: pafs.FileSystem, root: str) -> tuple[dict, float]:
+def _spec(fs: pafs.FileSystem, root: str) -> tuple[Optional[SweepConfig], float]:
     """sweep.json (the grid asked for) and the seconds from its writing to trials.parquet's.
 
     The sweep writes sweep.json when it starts and rewrites trials.parquet as trials finish,
@@ -154,17 +148,17 @@ def _spec(fs: pafs.FileSystem, root: str) -> tuple[dict, float]:
     spec_path, trials_path = f"{root}/{SPEC}", f"{root}/{TRIALS}"
     infos = fs.get_file_info([spec_path, trials_path])
     if infos[0].type == pafs.FileType.NotFound:
-        return {}, math.nan
+        return None, math.nan
     try:
         with fs.open_input_stream(spec_path) as f:
-            spec = json.loads(f.readall())
-    except (OSError, ValueError):
-        return {}, math.nan  # unreadable: the grid falls back to what the files show
+            spec = SweepConfig.from_dict(json.loads(f.readall()))
+    except (OSError, ValueError, KeyError, TypeError, UserError):
+        return None, math.nan  # unreadable: the grid falls back to what the files show
     start, end = infos[0].mtime, infos[1].mtime
     span = (end - start).total_seconds() if start and end else math.nan
     if not span > 0:  # files copied after the sweep: their times say nothing about it
         span = math.nan
-    return (spec if isinstance(spec, dict) else {}), span
+    return spec, span
 
 
 def cleanrl_minutes(wall_clock_s: pd.Series) -> float:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Optional, Sequence
 
-from .references import REFERENCE_STEPS
+from distppo.report.references import REFERENCE_STEPS
 
 MISSING = "missing"
 NONE = "—"

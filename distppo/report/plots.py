@@ -12,8 +12,8 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from .runinfo import UserError
-from .sweepdata import Sweep
+from distppo.errors import UserError
+from distppo.report.load import Sweep
 
 
 def _pyplot():

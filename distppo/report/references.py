@@ -15,8 +15,8 @@ from typing import Optional, Sequence
 
 import pandas as pd
 
-from .envs.games import ATARI_57, to_gym, to_v5
-from .runinfo import UserError
+from distppo.envs.games import ATARI_57, to_gym, to_v5
+from distppo.errors import UserError
 
 REFERENCE_STEPS = 10_000_000  # every reference run trained 10M agent steps (40M frames)
 

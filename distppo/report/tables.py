@@ -16,9 +16,9 @@ from typing import Iterable, Optional, Sequence
 import numpy as np
 import pandas as pd
 
-from . import aggregates, references
-from .references import REFERENCE_STEPS
-from .sweepdata import Sweep
+from distppo.report import aggregates, references
+from distppo.report.load import Sweep
+from distppo.report.references import REFERENCE_STEPS
 
 
 def num(x) -> Optional[float]:

@@ -11,72 +11,21 @@ Definitions and caveats: docs/report.md.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import tempfile
 
-from .runinfo import UserError
+from distppo.errors import UserError
 
 DEFAULT_REPS = 50_000  # openrlbenchmark's bootstrap replications
-
-
-def add_parser(sub) -> None:
-    """The `report` subcommand on the CLI's subparsers (cli.build_parser)."""
-    p = sub.add_parser("report",
-                       help="tables, scores and plots of a sweep against CleanRL's numbers",
-                       description=__doc__.splitlines()[0])
-    p.add_argument("sweep", nargs="?", metavar="SWEEP",
-                   help="sweep folder: local path or URI (s3://bucket/sweeps/NAME)")
-    p.add_argument("--out", default=None,
-                   help="output folder or URI (default: reports/<sweep name>)")
-    p.add_argument("--reference", nargs="+", metavar="NAME", default=None,
-                   help="reference columns from CleanRL's docs (default: the CleanRL script "
-                        "matching each algo and backend, ppo_atari_envpool_xla_jax and "
-                        "baselines_ppo2_cnn)")
-    p.add_argument("--compare", nargs=2, metavar=("A", "B"), default=None,
-                   help="compare two sweeps (the same folder twice with --algos for two algos)")
-    p.add_argument("--algos", nargs=2, metavar=("ALGO_A", "ALGO_B"), default=None,
-                   help="with --compare: the algo to take from A and from B")
-    p.add_argument("--bootstrap-reps", type=int, default=DEFAULT_REPS,
-                   help=f"bootstrap replications for the intervals (default: {DEFAULT_REPS})")
-    p.add_argument("--bootstrap-seed", type=int, default=0,
-                   help="seed of the bootstrap resampling (default: 0)")
-    p.add_argument("--no-plots", action="store_true", help="skip the PNG figures")
-    p.set_defaults(handler=cmd_report)
-
-
-def cmd_report(args: argparse.Namespace) -> int:
-    if (args.sweep is None) == (args.compare is None):
-        raise UserError("give either one SWEEP folder or --compare A B")
-    if args.algos and not args.compare:
-        raise UserError("--algos only applies with --compare A B")
-    if args.bootstrap_reps < 100:
-        raise UserError(f"--bootstrap-reps must be at least 100, got {args.bootstrap_reps}")
-    if args.compare:
-        out = args.out or os.path.join("reports", "-vs-".join(_name(u) for u in args.compare))
-        files = write_compare(args.compare[0], args.compare[1], out, args.algos,
-                              args.bootstrap_reps, args.bootstrap_seed)
-    else:
-        out = args.out or os.path.join("reports", _name(args.sweep))
-        files = write_report(args.sweep, out, args.reference, args.bootstrap_reps,
-                             args.bootstrap_seed, plots=not args.no_plots)
-    print(f"report: {out}")
-    for name in files:
-        print(f"  {name}")
-    return 0
-
-
-def _name(uri: str) -> str:
-    return os.path.basename(uri.split("?")[0].rstrip("/")) or "sweep"
 
 
 def write_report(sweep_uri: str, out: str, reference=None, reps: int = DEFAULT_REPS,
                  seed: int = 0, plots: bool = True) -> list[str]:
     """Every report file for one sweep into `out`; returns the file names written."""
-    from . import markdown, references, sweepdata, tables
+    from distppo.report import load, markdown, references, tables
     names = references.check_names(reference) if reference is not None else None
-    sweep = sweepdata.load(sweep_uri)
+    sweep = load.load(sweep_uri)
     report = tables.build(sweep, names, reps, seed)
     texts = {"runtimes.md": markdown.runtimes_md(report), "returns.md": markdown.returns_md(report),
              "summary.md": markdown.summary_md(report), "report.json": _json(report)}
@@ -85,7 +34,7 @@ def write_report(sweep_uri: str, out: str, reference=None, reps: int = DEFAULT_R
             with open(os.path.join(folder, name), "w") as fh:
                 fh.write(text)
         if plots:
-            from . import plots as figures
+            from distppo.report import plots as figures
             figures.learning_curves(sweep, os.path.join(folder, "learning_curves.png"))
             figures.learning_curves(sweep, os.path.join(folder, "learning_curves_time.png"),
                                     x="minutes")
@@ -95,9 +44,9 @@ def write_report(sweep_uri: str, out: str, reference=None, reps: int = DEFAULT_R
 
 def write_compare(uri_a: str, uri_b: str, out: str, algos=None, reps: int = DEFAULT_REPS,
                   seed: int = 0) -> list[str]:
-    from . import compare, sweepdata
-    a = sweepdata.load(uri_a)
-    b = a if uri_b.rstrip("/") == uri_a.rstrip("/") else sweepdata.load(uri_b)
+    from distppo.report import compare, load
+    a = load.load(uri_a)
+    b = a if uri_b.rstrip("/") == uri_a.rstrip("/") else load.load(uri_b)
     algo_a, algo_b = algos or (None, None)
     result = compare.build(a, b, algo_a, algo_b, reps, seed)
     with _output_dir(out) as folder:

@@ -1,14 +1,13 @@
 """Ray Tune sweep driver: games x algos x seeds, one Tune trial per training run.
 
-Ray is a thin shell here too: a trial is trainer.train() (sweep_trial.py), Tune only schedules,
-restarts and records. Each trial reserves its whole run as one placement group (trial driver,
-learner, runners) so it never starts half-placed; outputs are rebuilt from the trials' run
-copies in the storage (sweep_storage.py, sweep_outputs.py). See docs/sweeps.md.
+Ray is a thin shell here too: a trial is core.loop.train() (sweep/trial.py), Tune only
+schedules, restarts and records. Each trial reserves its whole run as one placement group (trial
+driver, learner, runners) so it never starts half-placed; outputs are rebuilt from the trials'
+run copies in the storage (sweep/storage.py, sweep/outputs.py). See docs/sweeps.md.
 """
 from __future__ import annotations
 
 import dataclasses
-import logging
 import math
 import os
 import sys
@@ -20,14 +19,16 @@ import pyarrow.parquet as pq
 import ray
 from ray import tune
 
-from .config import ConfigError, SweepConfig, TrainConfig, trial_id
-from .envs.games import ATARI_57
-from .progress import format_eta
-from .runinfo import UserError
-from .sweep_outputs import (STATUS, TRIALS_FILE, grid, trial_files, write_iterations,
-                            write_trials)
-from .sweep_storage import SWEEP_JSON, TUNER_STATE, SweepStorage
-from .sweep_trial import run_trial
+from distppo.config import SweepConfig, trial_id
+from distppo.distributed.connect import connect
+from distppo.distributed.resources import check_fits, trial_bundles
+from distppo.envs.games import ATARI_57
+from distppo.errors import ConfigError, UserError
+from distppo.sweep.layout import ITERATIONS_FILE, SWEEP_JSON, TRIALS_FILE, TUNER_STATE
+from distppo.sweep.outputs import STATUS, trial_files, write_iterations, write_trials
+from distppo.sweep.storage import SweepStorage
+from distppo.sweep.trial import run_trial
+from distppo.telemetry.progress import format_eta
 
 # Trial bundles on one node: rollouts (uint8 frames) then move through that node's shared-memory
 # object store, and child actors draw from the group's node-wide pool, so a runner can never
@@ -58,54 +59,18 @@ def param_space(cfg: SweepConfig) -> dict:
             "seed": tune.grid_search(list(cfg.seeds))}
 
 
-def trial_bundles(train: TrainConfig, trial_cpus: float) -> list[dict]:
-    """The placement group of one trial; bundle 0 hosts the trial process (Tune's convention)."""
-    if train.local:  # LocalBackend: samplers and learner live in the trial process itself
-        return [{"CPU": trial_cpus, "GPU": train.learner.learner_gpus}]
-    r, lr = train.runner, train.learner
-    return ([{"CPU": trial_cpus}]
-            + [{"CPU": lr.learner_cpus, "GPU": lr.learner_gpus}] * lr.num_learners
-            + [{"CPU": r.runner_cpus}] * r.num_env_runners)
-
-
-def check_fits(bundles: list[dict], nodes: list[dict]) -> None:
-    """Fail up front when no node can ever host a trial; Tune would wait for it forever."""
-    need: Counter = Counter()
-    for bundle in bundles:
-        need.update({k: v for k, v in bundle.items() if v})
-    alive = [n["Resources"] for n in nodes if n.get("Alive")]
-    if any(all(res.get(k, 0.0) >= v - 1e-9 for k, v in need.items()) for res in alive):
-        return
-    best = max(alive, key=lambda res: (res.get("GPU", 0.0), res.get("CPU", 0.0)), default={})
-    have = ", ".join(f"{best.get(k, 0.0):g} {k}" for k in need) or "nothing"
-    raise UserError(
-        f"each trial needs {', '.join(f'{v:g} {k}' for k, v in need.items())} on one node "
-        f"but the largest Ray node has {have}: lower --trial-cpus/--runner-cpus/"
-        f"--num-env-runners/--learner-cpus/--learner-gpus (fractions are fine) or add nodes")
-
-
-def connect_ray() -> None:
-    """Join RAY_ADDRESS when set, else start a local Ray; quiet, so errors stay one line."""
-    if ray.is_initialized():
-        return
-    kwargs = {"log_to_driver": False, "logging_level": logging.WARNING}
-    if not os.environ.get("RAY_ADDRESS"):
-        kwargs["include_dashboard"] = False
-    ray.init(**kwargs)
-
-
 def _trial_name(trial) -> str:
     return trial_id(trial.config["env_id"], trial.config["algo"], trial.config["seed"])
 
 
-def summary_line(name: str, sweep: dict, trials: list) -> str:
+def summary_line(name: str, sweep: SweepConfig, trials: list) -> str:
     """done / running / pending / failed over the whole grid (Tune creates trials lazily), and
     an ETA: the steps left over the running trials' summed measured SPS."""
     by_id = {_trial_name(t): t for t in trials}
-    total_steps = sweep["train"]["ppo"]["total_timesteps"]
+    total_steps = sweep.train.ppo.total_timesteps
     counts: Counter = Counter()
     remaining, sps = 0, 0.0
-    for point in grid(sweep):
+    for point in sweep.grid():
         t = by_id.get(trial_id(*point))
         status = STATUS.get(t.status, t.status.lower()) if t else "pending"
         counts[status] += 1
@@ -128,7 +93,7 @@ class SweepCallback(tune.Callback):
     plain data: the file system (and any credentials it resolved) is rebuilt in each process.
     """
 
-    def __init__(self, storage: str, name: str, sweep: dict) -> None:
+    def __init__(self, storage: str, name: str, sweep: SweepConfig) -> None:
         self.storage_uri, self.name, self.sweep = storage, name, sweep
         self._init_runtime()
 
@@ -198,7 +163,7 @@ def start_sweep(cfg: SweepConfig) -> SweepStorage:
             failure_config=tune.FailureConfig(max_failures=cfg.max_failures),
             # Tune's checkpoints only point at the run copies (sweep_trial.py): keep two.
             checkpoint_config=tune.CheckpointConfig(num_to_keep=2),
-            callbacks=[SweepCallback(cfg.storage, cfg.name, cfg.to_dict())]))
+            callbacks=[SweepCallback(cfg.storage, cfg.name, cfg)]))
     tuner.fit()
     return storage
 
@@ -229,15 +194,16 @@ def _prepare(cfg: SweepConfig, storage: SweepStorage):
     bundles = trial_bundles(cfg.train, cfg.trial_cpus)
     created = storage.first_missing()
     storage.probe_write()  # before Ray starts: a bad URI fails in a second, not after a minute
-    connect_ray()
+    connect()
     try:
         check_fits(bundles, ray.nodes())
     except UserError:
         if created:  # a rejected sweep leaves nothing behind
             storage.fs.delete_dir(created)
         raise
-    trainable = tune.with_parameters(run_trial, sweep=cfg.to_dict())
-    return tune.with_resources(trainable, tune.PlacementGroupFactory(bundles, strategy=PLACEMENT_STRATEGY))
+    trainable = tune.with_parameters(run_trial, sweep=cfg)
+    group = tune.PlacementGroupFactory(bundles, strategy=PLACEMENT_STRATEGY)
+    return tune.with_resources(trainable, group)
 
 
 def final_report(storage: SweepStorage, stream: TextIO = sys.stdout) -> int:
@@ -247,7 +213,7 @@ def final_report(storage: SweepStorage, stream: TextIO = sys.stdout) -> int:
     print(f"sweep folder: {storage.uri}", file=stream)
     print(f"trials:       {storage.uri}/{TRIALS_FILE} ({table.num_rows} trials: "
           + ", ".join(f"{n} {s}" for s, n in sorted(status.items())) + ")", file=stream)
-    print(f"iterations:   {storage.uri}/iterations.parquet", file=stream)
+    print(f"iterations:   {storage.uri}/{ITERATIONS_FILE}", file=stream)
     if status["done"] == table.num_rows:
         return 0
     if status["done"] + status["failed"] == table.num_rows:

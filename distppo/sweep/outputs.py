@@ -16,32 +16,25 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from .config import trial_id
-from .metrics import METRICS_FILENAME, SWEEP_ITERATION_SCHEMA, TRIAL_SCHEMA
-from .sweep_storage import SweepStorage
+from distppo.config import SweepConfig, trial_id
+from distppo.sweep.layout import ITERATIONS_FILE, TRIALS_FILE
+from distppo.sweep.storage import SweepStorage
+from distppo.telemetry.schema import METRICS_FILENAME, SWEEP_ITERATION_SCHEMA, TRIAL_SCHEMA
 
-ITERATIONS_FILE = "iterations.parquet"
-TRIALS_FILE = "trials.parquet"
 # Tune's statuses in our words (docs/sweeps.md).
 STATUS = {"TERMINATED": "done", "ERROR": "failed", "RUNNING": "running", "PENDING": "pending",
           "PAUSED": "paused"}
 
 
-# --- consolidation -----------------------------------------------------------------------------
-
-def grid(sweep: dict) -> list[tuple[str, str, int]]:
-    """Every (env_id, algo, seed) of the sweep, created by Tune yet or not."""
-    return [(g, a, s) for s in sweep["seeds"] for a in sweep["algos"] for g in sweep["games"]]
-
-
 class TrialFiles:
     """One grid point: Tune's record of it (if Tune created it yet) and its newest run copy."""
 
-    def __init__(self, storage: SweepStorage, sweep: dict, point: tuple, trial=None,
+    def __init__(self, storage: SweepStorage, sweep: SweepConfig, point: tuple, trial=None,
                  status: Optional[str] = None) -> None:
         self.sweep, (self.env_id, self.algo, self.seed) = sweep, point
         self.trial_id = trial_id(*point)
-        self.status = status or (STATUS.get(trial.status, trial.status.lower()) if trial else "pending")
+        self.status = status or (STATUS.get(trial.status, trial.status.lower()) if trial
+                                 else "pending")
         failures = trial.num_failures if trial else 0
         # The failure that ended a failed trial was not followed by a restart.
         self.restarts = max(failures - 1, 0) if self.status == "failed" else failures
@@ -65,15 +58,16 @@ class TrialFiles:
         table = pq.read_table(posixpath.join(self.latest[0], METRICS_FILENAME),
                               filesystem=self.storage.fs)
         table = table.sort_by("iteration")
-        table = table.add_column(0, "trial_id", pa.array([self.trial_id] * table.num_rows, pa.string()))
+        ids = pa.array([self.trial_id] * table.num_rows, pa.string())
+        table = table.add_column(0, "trial_id", ids)
         return table.select(SWEEP_ITERATION_SCHEMA.names).cast(SWEEP_ITERATION_SCHEMA)
 
     def summary(self) -> dict:
         """One trials.parquet row (TRIAL_SCHEMA)."""
-        train = self.sweep["train"]
+        train = self.sweep.train
         row = {"trial_id": self.trial_id, "env_id": self.env_id, "algo": self.algo,
-               "backend": train["env"]["backend"], "seed": self.seed,
-               "total_timesteps": train["ppo"]["total_timesteps"], "status": self.status,
+               "backend": train.env.backend, "seed": self.seed,
+               "total_timesteps": train.ppo.total_timesteps, "status": self.status,
                "global_step": 0, "wall_clock_minutes": math.nan, "sps_mean": math.nan,
                "final_episodic_return": math.nan, "episodes": 0, "restarts": self.restarts,
                "node": "", "gpu_name": "", "versions": "{}", "git_commit": ""}
@@ -91,7 +85,7 @@ class TrialFiles:
         return row
 
 
-def trial_files(storage: SweepStorage, sweep: dict, trials: list,
+def trial_files(storage: SweepStorage, sweep: SweepConfig, trials: list,
                 ending: Optional[dict] = None) -> list[TrialFiles]:
     """One TrialFiles per grid point, sorted by trial_id. `ending` = {Tune trial id: status}
     for a trial Tune is finishing right now: it sets the status after the callbacks run."""
@@ -105,7 +99,7 @@ def trial_files(storage: SweepStorage, sweep: dict, trials: list,
         if point not in by_point or rank > by_point[point][0]:
             by_point[point] = (rank, t)
     files = []
-    for point in grid(sweep):
+    for point in sweep.grid():
         trial = by_point.get(point, (0, None))[1]
         status = ending.get(trial.trial_id) if trial is not None else None
         files.append(TrialFiles(storage, sweep, point, trial, status))

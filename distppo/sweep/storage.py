@@ -1,17 +1,9 @@
-"""Where a sweep lives: <storage>/<name> on any pyarrow file system, and the trials' run copies.
+"""A sweep's folder on any pyarrow file system, and the trials' run copies in it.
 
-Layout (docs/sweeps.md):
-    sweep.json                 the SweepConfig; on --resume the stored one wins
-    trials.parquet, iterations.parquet
-    runs/<trial_id>/<iteration>/   a trial's run folder at a trainer checkpoint; complete once
-                                   its trial.json exists (written last); the newest two are kept
-    <trial_id>/                Tune's trial folder (results, error.txt, pointer checkpoints)
-    tuner.pkl, experiment_state-*.json, ...   Tune's experiment state
-
-Trials restore from, and the driver consolidates from, runs/ alone. Tune's own record of
-checkpoints can lag the storage by a state snapshot (seconds) and, with num_to_keep, can even
-name a checkpoint already deleted when the driver is killed; the newest complete run copy
-is always there.
+Layout: sweep/layout.py. Trials restore from, and the driver consolidates from, runs/ alone.
+Tune's own record of checkpoints can lag the storage by a state snapshot (seconds) and, with
+num_to_keep, can even name a checkpoint already deleted when the driver is killed; the newest
+complete run copy is always there.
 """
 from __future__ import annotations
 
@@ -24,13 +16,8 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from .runinfo import UserError
-
-SWEEP_JSON = "sweep.json"
-TUNER_STATE = "tuner.pkl"  # Tune's marker of a restorable experiment (Tuner.can_restore)
-TRIAL_JSON = "trial.json"  # sweep bookkeeping of one run copy; its presence marks it complete
-RUNS = "runs"
-KEEP_COPIES = 2
+from distppo.errors import UserError
+from distppo.sweep.layout import KEEP_COPIES, RUNS, TRIAL_JSON, absolute, filesystem, first_line
 
 
 class SweepStorage:
@@ -41,14 +28,9 @@ class SweepStorage:
     """
 
     def __init__(self, storage: str, name: str) -> None:
-        if "://" not in storage:
-            storage = os.path.abspath(storage)  # Tune wants absolute local paths
-        self.storage = storage.rstrip("/") or "/"
+        self.storage = absolute(storage)
         self.name = name
-        try:
-            self.fs, root = pafs.FileSystem.from_uri(self.storage)
-        except (pa.ArrowException, OSError, ValueError) as exc:
-            raise UserError(f"--storage {storage}: {_first_line(exc)}") from None
+        self.fs, root = filesystem(self.storage)
         self.path = posixpath.join(root, name)
 
     @property
@@ -74,7 +56,7 @@ class SweepStorage:
         try:
             return self.fs.get_file_info(path).type != pafs.FileType.NotFound
         except OSError as exc:
-            raise UserError(f"storage {self.uri} cannot be read: {_first_line(exc)}") from None
+            raise UserError(f"storage {self.uri} cannot be read: {first_line(exc)}") from None
 
     def probe_write(self) -> None:
         """Write and delete a small file, so an unwritable storage fails now, not in a trial."""
@@ -85,7 +67,7 @@ class SweepStorage:
                 f.write(b"ok")
             self.fs.delete_file(probe)
         except (OSError, pa.ArrowException) as exc:
-            raise UserError(f"storage {self.uri} cannot be written: {_first_line(exc)}") from None
+            raise UserError(f"storage {self.uri} cannot be written: {first_line(exc)}") from None
 
     def read_json(self, name: str) -> dict:
         with self.fs.open_input_stream(self.join(name)) as f:
@@ -111,7 +93,8 @@ class SweepStorage:
     def run_copies(self, trial_id: str) -> list[str]:
         """Paths of the trial's run copies, newest (highest iteration) first."""
         selector = pafs.FileSelector(self.join(RUNS, trial_id), allow_not_found=True)
-        dirs = [i.path for i in self.fs.get_file_info(selector) if i.type == pafs.FileType.Directory]
+        dirs = [i.path for i in self.fs.get_file_info(selector)
+                if i.type == pafs.FileType.Directory]
         return sorted(dirs, key=posixpath.basename, reverse=True)
 
     def latest_run_copy(self, trial_id: str) -> Optional[tuple[str, dict]]:
@@ -145,8 +128,3 @@ class SweepStorage:
         pafs.copy_files(path, run_dir, source_filesystem=self.fs,
                         destination_filesystem=pafs.LocalFileSystem())
         os.remove(os.path.join(run_dir, TRIAL_JSON))
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip() or exc.__class__.__name__
-    return text.splitlines()[0]

@@ -1,8 +1,8 @@
-"""One Tune trial = one training run of trainer.train(), resumable from the sweep storage.
+"""One Tune trial = one training run of core.loop.train(), resumable from the sweep storage.
 
 The trainer writes its run folder (config.json, metrics.parquet, checkpoints/, TensorBoard
 events) on the trial's local disk. At every trainer checkpoint the folder, pruned to the
-latest checkpoint file, is copied to <sweep>/runs/<trial_id>/<iteration>/ (sweep_storage.py)
+latest checkpoint file, is copied to <sweep>/runs/<trial_id>/<iteration>/ (sweep/storage.py)
 and Tune gets a checkpoint that points at that copy. A trial that starts, whether new, restarted
 by Tune after a crash (FailureConfig) or resumed with the sweep, first downloads the newest
 complete copy and continues with train(resume=...). So the storage alone holds everything:
@@ -10,6 +10,7 @@ a restarted trial can land on any node, and the driver consolidates the outputs 
 """
 from __future__ import annotations
 
+import dataclasses
 import glob
 import json
 import os
@@ -19,26 +20,24 @@ import tempfile
 import time
 from typing import Optional
 
-import ray
 from ray import tune
 
-from .checkpoint import CHECKPOINT_GLOB, checkpoint_dir
-from .config import SweepConfig, TrainConfig
-from .sweep_storage import SweepStorage
-from .trainer import LocalBackend, train
+from distppo.config import SweepConfig, TrainConfig
+from distppo.core.checkpoint import CHECKPOINT_GLOB, checkpoint_dir
+from distppo.core.loop import train
+from distppo.distributed.factory import make_backend
+from distppo.sweep.layout import POINTER_JSON
+from distppo.sweep.storage import SweepStorage
 
-FAILED_ONCE_MARKER = ".distppo_failed_once"
-POINTER_JSON = "run_copy.json"  # the content of the Tune checkpoints
 
-
-def run_trial(config: dict, sweep: dict) -> None:
+def run_trial(config: dict, sweep: SweepConfig) -> None:
     """Tune's function trainable: one training run, continued from its newest run copy if any.
 
-    config = the grid point {"env_id", "algo", "seed"}; sweep = the SweepConfig as a dict.
+    config = the grid point {"env_id", "algo", "seed"}; sweep = the sweep's settings.
     """
     started = time.time()  # CleanRL's runtime clock starts before env and model construction
-    cfg = SweepConfig.from_dict(sweep).trial_config(config["env_id"], config["algo"], config["seed"])
-    storage = SweepStorage(sweep["storage"], sweep["name"])
+    cfg = sweep.trial_config(config["env_id"], config["algo"], config["seed"])
+    storage = SweepStorage(sweep.storage, sweep.name)
     workdir = os.getcwd()  # Tune's per-trial working directory (RAY_CHDIR_TO_TRIAL_DIR)
     run_dir = os.path.join(workdir, cfg.run_name)
     # A crashed attempt may have left rows and checkpoints past its last copy on this disk;
@@ -46,7 +45,8 @@ def run_trial(config: dict, sweep: dict) -> None:
     shutil.rmtree(run_dir, ignore_errors=True)
     latest = storage.latest_run_copy(cfg.run_name)
     if latest is None:
-        record = {"trial_id": cfg.run_name, "elapsed_s": 0.0, "resumed_from": [0], "finished": False}
+        record = {"trial_id": cfg.run_name, "elapsed_s": 0.0, "resumed_from": [0],
+                  "finished": False}
     else:
         path, record = latest
         if record["finished"]:
@@ -56,7 +56,6 @@ def run_trial(config: dict, sweep: dict) -> None:
     reporter = _Reporter(cfg, storage, run_dir, record, started)
     train(cfg.replace(output_dir=workdir), reporter.backend_factory,
           resume=run_dir if latest else None, progress=False,
-          fail_at_iteration=_should_fail(workdir, sweep["fail_once_at_iteration"]),
           on_iteration=reporter.on_iteration)
 
 
@@ -70,12 +69,8 @@ class _Reporter:
         self.started, self.prior_elapsed = started, record["elapsed_s"]
         self.backend = None
 
-    def backend_factory(self, run_cfg: TrainConfig, video_dir):
-        if run_cfg.local:
-            self.backend = LocalBackend(run_cfg, video_dir)
-        else:
-            from .ray_backend import RayBackend
-            self.backend = RayBackend(run_cfg, video_dir)
+    def backend_factory(self, run_cfg: TrainConfig, video_dir: Optional[str]):
+        self.backend = make_backend(run_cfg, video_dir)
         return self.backend
 
     def on_iteration(self, row: dict, ckpt_path: Optional[str]) -> None:
@@ -85,9 +80,9 @@ class _Reporter:
             tune.report(metrics)
             return
         record = self.record
-        if "gpu_name" not in record:
-            record["gpu_name"] = _gpu_name(self.backend)
-            record["actors_in_trial_group"] = _actors_in_trial_group(self.backend)
+        info = self.backend.describe()
+        record.update(gpu_name=info.gpu_name, actors_in_trial_group=info.in_placement_group,
+                      backend=dataclasses.asdict(info))
         record.update(iteration=row["iteration"], elapsed_s=metrics["trial_elapsed_s"],
                       node=platform.node(), finished=row["iteration"] == self.cfg.num_iterations)
         _prune_checkpoints(self.run_dir, keep=ckpt_path)
@@ -98,55 +93,9 @@ class _Reporter:
             tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(tmp))
 
 
-def _should_fail(workdir: str, at: Optional[int]) -> Optional[int]:
-    """The iteration to inject a failure at, once per trial: a marker in the trial's working
-    directory, which Tune gives the restarted attempt too (same driver session), remembers it."""
-    marker = os.path.join(workdir, FAILED_ONCE_MARKER)
-    if at is None or os.path.exists(marker):
-        return None
-    open(marker, "w").close()
-    return at
-
-
 def _prune_checkpoints(run_dir: str, keep: str) -> None:
     """Only the newest trainer checkpoint travels into the run copy: a 10M-step Atari run
     writes ~100 of them, about 20 MB each with the Adam state."""
     for path in glob.glob(os.path.join(checkpoint_dir(run_dir), CHECKPOINT_GLOB)):
         if os.path.abspath(path) != os.path.abspath(keep):
             os.remove(path)
-
-
-def _gpu_name(backend) -> str:
-    """The learner's CUDA device name, "" on CPU."""
-    if isinstance(backend, LocalBackend):
-        return _device_name(str(backend.learner.device))
-    # The learner is an actor, maybe with a GPU this process cannot see: ask it, through its
-    # public device() and Ray's __ray_call__ (no learner internals).
-    learner = backend.learners[0]
-    device = ray.get(learner.device.remote(), timeout=60)
-    if not device.startswith("cuda"):
-        return ""
-    return ray.get(learner.__ray_call__.remote(lambda _actor, dev: _device_name(dev), device),
-                   timeout=60)
-
-
-def _actors_in_trial_group(backend) -> Optional[bool]:
-    """Whether every runner and learner actor lives in this trial's placement group (the
-    resources the sweep reserved for it); None for LocalBackend, which has no actors."""
-    if isinstance(backend, LocalBackend):
-        return None
-    group = ray.get_runtime_context().get_placement_group_id()
-    actors = list(backend.runners) + list(backend.learners)
-    theirs = ray.get([a.__ray_call__.remote(_placement_group_id) for a in actors], timeout=60)
-    return group is not None and all(t == group for t in theirs)
-
-
-def _placement_group_id(_actor) -> Optional[str]:
-    return ray.get_runtime_context().get_placement_group_id()
-
-
-def _device_name(device: str) -> str:
-    if not device.startswith("cuda"):
-        return ""
-    import torch
-    return torch.cuda.get_device_name(device)

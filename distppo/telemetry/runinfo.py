@@ -8,17 +8,10 @@ import platform
 import subprocess
 import time
 
-from .config import TrainConfig
+from distppo.config import TrainConfig
+from distppo.errors import ConfigError, UserError
 
 LIBRARIES = ("torch", "ray", "ale-py", "envpool", "gymnasium", "numpy", "pyarrow")
-
-
-class UserError(Exception):
-    """A mistake the user can fix (bad path, bad checkpoint); reported as one line, exit 2."""
-
-
-class TrainingError(RuntimeError):
-    """Training could not go on (an env raised, a process kept dying); one line, exit 1."""
 
 
 def versions() -> dict:
@@ -70,5 +63,6 @@ def read_config_json(run_dir: str) -> tuple[TrainConfig, str]:
         with open(path) as f:
             record = json.load(f)
         return TrainConfig.from_dict(record["config"]), record["run_id"]
-    except (ValueError, KeyError, TypeError) as exc:
-        raise UserError(f"{path} is not a valid distppo config ({exc.__class__.__name__})") from None
+    except (ConfigError, ValueError, KeyError, TypeError) as exc:
+        raise UserError(f"{path} is not a valid distppo config "
+                        f"({exc.__class__.__name__})") from None

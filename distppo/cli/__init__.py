@@ -1,0 +1,1 @@
+"""The command line: one module per subcommand, each a parser and a handler (main.py)."""

@@ -1,0 +1,68 @@
+"""Command-line flags built from the typed configs: one flag per field, its docstring as help.
+
+CleanRL's names with dashes (`--learning-rate`); booleans get `--x/--no-x`; tuples take one or
+more values. A flag not given keeps the config's default (argparse.SUPPRESS), so the config,
+not the parser, owns every default.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from typing import Optional
+
+from distppo.config import FLAT_FIELDS, SECTIONS, TrainConfig, field_docs
+
+EXIT_USAGE = 2
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse prints usage plus the error; we print the error alone, on one line."""
+
+    def error(self, message: str):
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def _kind(annotation: str) -> tuple[type, bool]:
+    """(python type, takes several values) of a field's string annotation."""
+    base = annotation.replace("Optional[", "").rstrip("]")
+    many = base.startswith("tuple[")
+    if many:
+        base = base[len("tuple["):].split(",")[0]
+    return {"int": int, "float": float, "str": str, "bool": bool}[base], many
+
+
+def _default(f: dataclasses.Field):
+    return f.default_factory() if f.default is dataclasses.MISSING else f.default
+
+
+def add_fields(group, cls, skip: tuple = (), rename: Optional[dict] = None) -> None:
+    """One flag per field of the dataclass `cls` (nested config sections excepted)."""
+    docs, rename = field_docs(cls), rename or {}
+    for f in dataclasses.fields(cls):
+        if f.name in skip or f.name in SECTIONS or f.name == "train":
+            continue
+        kind, many = _kind(f.type)
+        default = _default(f)
+        flag = rename.get(f.name, "--" + f.name.replace("_", "-"))
+        shown = " ".join(map(str, default)) if many else default
+        help_text = f"{docs.get(f.name, '')} (default: {shown})"
+        if kind is bool:
+            group.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction,
+                               default=argparse.SUPPRESS, help=help_text)
+        else:
+            group.add_argument(flag, dest=f.name, type=kind, default=argparse.SUPPRESS,
+                               nargs="+" if many else None, metavar=f.name.upper(),
+                               help=help_text)
+
+
+def add_train_flags(parser: argparse.ArgumentParser, skip: tuple = ()) -> None:
+    """Every TrainConfig field as a flag, grouped by config section."""
+    for section, cls in SECTIONS.items():
+        add_fields(parser.add_argument_group(section), cls, skip)
+    add_fields(parser.add_argument_group("run"), TrainConfig, skip)
+
+
+def train_config(args: argparse.Namespace, base: Optional[TrainConfig] = None) -> TrainConfig:
+    """The TrainConfig of the train flags given (the rest keep `base`'s values)."""
+    values = {k: v for k, v in vars(args).items() if k in FLAT_FIELDS}
+    return (base or TrainConfig()).replace(**values)

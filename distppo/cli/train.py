@@ -1,0 +1,29 @@
+"""`distppo train`: one run, PPO or PPO-LSTM, local or on Ray; `--resume` continues one."""
+from __future__ import annotations
+
+import argparse
+
+from distppo.cli.flags import add_train_flags, train_config
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("train", help="train one run (PPO or PPO-LSTM)")
+    add_train_flags(p)
+    p.add_argument("--cuda", action="store_true", default=False,
+                   help="require a CUDA learner (same as --device cuda); fails without a GPU")
+    p.add_argument("--resume", metavar="RUN_DIR", default=None,
+                   help="continue the run in RUN_DIR from its last checkpoint (its config wins)")
+    p.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from distppo.core.loop import train
+    from distppo.distributed.factory import make_backend
+    cfg = train_config(args)
+    if args.cuda:
+        cfg = cfg.replace(device="cuda")
+    paths = train(cfg, make_backend, resume=args.resume, progress=True)
+    print(f"run folder:  {paths.run_dir}")
+    print(f"metrics:     {paths.parquet}")
+    print(f"tensorboard: tensorboard --logdir {paths.run_dir}")
+    return 0

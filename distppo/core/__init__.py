@@ -1,0 +1,1 @@
+"""The Ray-free training core: PPO math, models, sampler, update, loop, checkpoints."""

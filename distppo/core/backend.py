@@ -1,0 +1,105 @@
+"""Where samplers and learners live. The loop (loop.py) is the same for every backend.
+
+LocalBackend holds the plain objects (Samplers, PPOLearner) in this process, with no Ray:
+breakpoints work anywhere. RayBackend (distributed/backend.py) holds the same objects inside
+actors. With the same seed and config, both produce the same numbers.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Optional, Protocol
+
+from distppo.config import TrainConfig
+from distppo.core.rollout import RolloutBatch, RolloutMeta
+from distppo.core.sampler import make_sampler
+from distppo.core.update import PPOLearner
+
+
+@dataclass(frozen=True)
+class BackendInfo:
+    """What runs where, for the first line of output, the Parquet row and a sweep's trial.json."""
+    kind: str                      # "local" | "ray"
+    num_env_runners: int
+    num_learners: int
+    learner_device: str            # "cpu", "cuda:0", ...
+    gpu_name: str = ""             # CUDA device name of learner 0; "" on CPU
+    runner_nodes: int = 1          # distinct nodes that host env runners
+    in_placement_group: Optional[bool] = None  # every actor in the caller's group (Ray only)
+
+    def summary(self) -> str:
+        where = "this process" if self.kind == "local" else f"{self.runner_nodes} node(s)"
+        return (f"{self.kind}: {self.num_env_runners} env runners on {where}, "
+                f"{self.num_learners} learner(s) on {self.learner_device}"
+                + (f" ({self.gpu_name})" if self.gpu_name else ""))
+
+
+class Backend(Protocol):
+    """The seams the loop uses; nothing else of a backend is reached into."""
+    runner_restarts: int   # env-runner restarts so far
+    timings: dict          # t_transfer_s, t_wait_s of the latest iteration
+
+    def describe(self) -> BackendInfo: ...
+    def start_rollout(self, version: int): ...   # sample with the learner's current weights
+    def finish_rollout(self, handle) -> tuple[list[RolloutMeta], object]: ...
+    def learn(self, payload, iteration: int) -> dict: ...
+    def learner_state(self) -> dict: ...
+    def load_learner_state(self, state: dict) -> None: ...
+    def recover_learners(self, state: dict) -> None: ...
+    def close(self) -> None: ...
+
+
+def device_name(device: str) -> str:
+    """The CUDA device name of a torch device string, "" for a CPU device."""
+    if not device.startswith("cuda"):
+        return ""
+    import torch
+    return torch.cuda.get_device_name(device)
+
+
+class LocalBackend:
+    """Everything in this process: runner r's Sampler is built exactly as EnvRunner r builds it.
+
+    start_rollout collects at once, with the learner's weights of that moment, so --overlap
+    here gives the same numbers (policy lag 1) as on Ray, only without the concurrency.
+    """
+
+    def __init__(self, cfg: TrainConfig, video_dir: Optional[str] = None):
+        self.samplers = [make_sampler(cfg, r, video_dir)
+                         for r in range(cfg.runner.num_env_runners)]
+        env = self.samplers[0].env
+        self.learner = PPOLearner(cfg, tuple(env.obs_shape), env.num_actions, cfg.seed)
+        self.runner_restarts = 0
+        self.timings = {"t_transfer_s": 0.0, "t_wait_s": 0.0}
+
+    def describe(self) -> BackendInfo:
+        device = str(self.learner.device)
+        return BackendInfo("local", len(self.samplers), 1, device, device_name(device))
+
+    def start_rollout(self, version: int) -> list[RolloutBatch]:
+        start = time.perf_counter()
+        weights = self.learner.get_weights()
+        for sampler in self.samplers:
+            sampler.set_weights(weights, version)
+        self.timings["t_transfer_s"] = time.perf_counter() - start
+        return [s.collect() for s in self.samplers]
+
+    def finish_rollout(self, handle: list[RolloutBatch]
+                       ) -> tuple[list[RolloutMeta], list[RolloutBatch]]:
+        return [b.meta for b in handle], handle
+
+    def learn(self, batches: list[RolloutBatch], iteration: int) -> dict:
+        return self.learner.update(RolloutBatch.concat(batches), iteration)
+
+    def learner_state(self) -> dict:
+        return self.learner.state_dict()
+
+    def load_learner_state(self, state: dict) -> None:
+        self.learner.load_state_dict(state)
+
+    def recover_learners(self, state: dict) -> None:
+        self.learner.load_state_dict(state)
+
+    def close(self) -> None:
+        for s in self.samplers:
+            s.close()

@@ -1,0 +1,46 @@
+"""The acting step, shared by the Sampler (training rollouts) and `distppo eval`."""
+from __future__ import annotations
+
+from typing import Optional
+
+import numpy as np
+import torch
+
+from distppo.core.models import LSTMAgent
+
+
+class PolicyState:
+    """What acting carries from one step to the next: the LSTM state (None for the CNN/MLP)."""
+
+    def __init__(self, agent: torch.nn.Module, num_envs: int):
+        self.is_lstm = isinstance(agent, LSTMAgent)
+        self.lstm = agent.initial_state(num_envs) if self.is_lstm else None
+
+
+@torch.no_grad()
+def policy_step(agent: torch.nn.Module, obs: np.ndarray, done: np.ndarray, state: PolicyState,
+                generator: Optional[torch.Generator], greedy: bool = False):
+    """Actions for one vector-env step; advances `state`.
+
+    obs [N, *obs_shape] (the env's dtype), done [N] bool (arrived with obs). Returns tensors
+    action [N], logprob [N], value [N, 1].
+    """
+    x = torch.from_numpy(obs)
+    if state.is_lstm:
+        done_t = torch.from_numpy(done).float()
+        action, logprob, _, value, state.lstm = agent.get_action_and_value(
+            x, state.lstm, done_t, generator=generator, greedy=greedy)
+    else:
+        action, logprob, _, value = agent.get_action_and_value(x, generator=generator,
+                                                               greedy=greedy)
+    return action, logprob, value
+
+
+@torch.no_grad()
+def policy_value(agent: torch.nn.Module, obs: np.ndarray, done: np.ndarray,
+                 state: PolicyState) -> torch.Tensor:
+    """The value of obs [N, ...] without advancing `state` (the rollout's bootstrap value)."""
+    x = torch.from_numpy(obs)
+    if state.is_lstm:
+        return agent.get_value(x, state.lstm, torch.from_numpy(done).float())
+    return agent.get_value(x)

@@ -1,0 +1,27 @@
+"""The one place distppo starts or joins Ray (`distppo train`, sweep trials, the launch script).
+
+RAY_ADDRESS set (a cluster, `ray job submit`, a test's session cluster): join it. Otherwise
+start a private single-node Ray on this machine, sized to at least `min_cpus`.
+"""
+from __future__ import annotations
+
+import logging
+import os
+
+import ray
+
+from distppo.testing import faults
+
+
+def connect(min_cpus: float = 0.0, dashboard: bool = False) -> None:
+    """Join RAY_ADDRESS or start a local Ray; quiet, so errors stay one line. Idempotent."""
+    if ray.is_initialized():
+        return
+    kwargs: dict = {"log_to_driver": False, "logging_level": logging.WARNING}
+    forwarded = faults.forwarded_env()
+    if forwarded:  # fault-injection tests reach the job's workers this way (testing/faults.py)
+        kwargs["runtime_env"] = {"env_vars": forwarded}
+    if not os.environ.get("RAY_ADDRESS"):
+        kwargs["include_dashboard"] = dashboard
+        kwargs["num_cpus"] = max(os.cpu_count() or 1, int(min_cpus + 0.999))
+    ray.init(**kwargs)

@@ -1,0 +1,15 @@
+"""make_backend: the one place a run's backend is chosen (`distppo train`, sweep trials)."""
+from __future__ import annotations
+
+from typing import Optional
+
+from distppo.config import TrainConfig
+from distppo.core.backend import Backend, LocalBackend
+
+
+def make_backend(cfg: TrainConfig, video_dir: Optional[str] = None) -> Backend:
+    """LocalBackend with `local` (Ray is not even imported), else RayBackend."""
+    if cfg.local:
+        return LocalBackend(cfg, video_dir)
+    from distppo.distributed.backend import RayBackend
+    return RayBackend(cfg, video_dir)

@@ -1,0 +1,30 @@
+"""Every error type distppo raises on purpose; the bottom of the import graph.
+
+The CLI maps them to exits: UserError and ConfigError print one line and exit 2 (the user can
+fix it), TrainingError prints one line and exits 1 (the run could not go on).
+"""
+from __future__ import annotations
+
+
+class UserError(Exception):
+    """A mistake the user can fix (bad path, bad checkpoint); reported as one line, exit 2."""
+
+
+class ConfigError(UserError, ValueError):
+    """A user mistake in the configuration; the message is one line that says how to fix it."""
+
+
+class TrainingError(RuntimeError):
+    """Training could not go on (an env raised, a process kept dying); one line, exit 1."""
+
+
+class EnvError(TrainingError):
+    """An env raised inside a runner; the message names the env and the runner."""
+
+
+class LearnerFailure(TrainingError):
+    """A learner process died; the loop restores every learner from the last checkpoint."""
+
+
+class RunnerFailure(TrainingError):
+    """An env runner failed for good (an env raised, or restarts were used up)."""

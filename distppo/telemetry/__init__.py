@@ -1,0 +1,1 @@
+"""What a run records: the metrics schema, Parquet and TensorBoard sinks, timers, run info."""

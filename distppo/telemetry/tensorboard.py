@@ -1,0 +1,58 @@
+"""TensorBoard scalars of each iteration under CleanRL's tag names."""
+from __future__ import annotations
+
+import os
+from typing import Iterable, Mapping, Optional
+
+from distppo.telemetry.schema import LOSS_COLUMNS, PHASES
+
+# TensorBoard scalar -> row column, with CleanRL's names (reference/hyperparameters.md section 6).
+TB_SCALARS = {"charts/learning_rate": "learning_rate", "charts/SPS": "sps",
+              **{f"losses/{c}": c for c in LOSS_COLUMNS},
+              **{f"perf/t_{p}_s": f"t_{p}_s" for p in PHASES}}
+
+
+class TensorBoardWriter:
+    """CleanRL's TensorBoard scalars from one schema row, x-axis global_step."""
+
+    def __init__(self, log_dir: str | os.PathLike, purge_step: Optional[int] = None) -> None:
+        # Imported here so `import distppo.metrics` stays light for report.py.
+        from torch.utils.tensorboard import SummaryWriter
+        # purge_step: a resumed run hides the events its crashed predecessor wrote past the
+        # checkpoint, so TensorBoard never shows two values for one step.
+        self._writer = SummaryWriter(str(log_dir), purge_step=purge_step)
+
+    def write(self, row: Mapping, episodes: Optional[Iterable[tuple[float, float]]] = None) -> None:
+        """Scalars of one iteration; `episodes` are this iteration's (return, length) pairs.
+
+        CleanRL writes one point per finished game at the step it finished; we get the games
+        per iteration, so each is written at the iteration's global_step.
+        """
+        step = int(row["global_step"])
+        for ret, length in episodes or ():
+            self._writer.add_scalar("charts/episodic_return", float(ret), step)
+            self._writer.add_scalar("charts/episodic_length", float(length), step)
+        for tag, column in TB_SCALARS.items():
+            self._writer.add_scalar(tag, float(row[column]), step)
+
+    def add_hparams_text(self, config: Mapping) -> None:
+        """The "hyperparameters" text entry: a markdown table of every setting, as in CleanRL."""
+        table = "\n".join(f"|{k}|{v}|" for k, v in _flatten(config).items())
+        self._writer.add_text("hyperparameters", f"|param|value|\n|-|-|\n{table}")
+
+    def flush(self) -> None:
+        self._writer.flush()
+
+    def close(self) -> None:
+        self._writer.close()
+
+
+def _flatten(config: Mapping, prefix: str = "") -> dict:
+    # Nested sections (TrainConfig.to_dict()) become dotted keys: env.num_envs, ppo.gamma, ...
+    out = {}
+    for key, value in config.items():
+        if isinstance(value, Mapping):
+            out.update(_flatten(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out

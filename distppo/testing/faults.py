@@ -1,0 +1,60 @@
+"""Fault injection for the resilience tests, in one place and off by default.
+
+Faults are switched on by environment variables, so they reach processes the tests cannot
+call into (Ray actors, Tune trials): `distributed/connect.py` forwards every `DISTPPO_FAULT_*`
+variable of the driver to the Ray job's workers. With none set, every hook here is a no-op
+that returns its input.
+
+- DISTPPO_FAULT_ENV_STEP=N: vector envs raise at their N-th step, as a broken ROM would.
+- DISTPPO_FAULT_ITERATION=N: a training run raises once at iteration N, before that iteration
+  is checkpointed or written; "once" is remembered by a marker file beside the run folder, so
+  a run restarted in the same output folder (a Tune trial retry) goes past it.
+"""
+from __future__ import annotations
+
+import os
+from typing import Optional
+
+PREFIX = "DISTPPO_FAULT_"
+ENV_STEP = PREFIX + "ENV_STEP"
+ITERATION = PREFIX + "ITERATION"
+
+
+def forwarded_env() -> dict[str, str]:
+    """The fault variables of this process, for the workers of a Ray job it starts."""
+    return {k: v for k, v in os.environ.items() if k.startswith(PREFIX)}
+
+
+def wrap_env(env):
+    """The env itself, or (DISTPPO_FAULT_ENV_STEP set) a wrapper that raises at that step."""
+    at = os.environ.get(ENV_STEP)
+    return FaultAfter(env, int(at)) if at else env
+
+
+class FaultAfter:
+    """A vector env whose step raises at step N."""
+
+    def __init__(self, env, steps: int):
+        self.env, self.steps, self.count = env, steps, 0
+
+    def __getattr__(self, name):
+        return getattr(self.env, name)
+
+    def step(self, actions):
+        self.count += 1
+        if self.count >= self.steps:
+            raise RuntimeError(f"emulator error injected at step {self.count} ({ENV_STEP})")
+        return self.env.step(actions)
+
+
+def check_iteration(iteration: int, run_dir: str) -> None:
+    """Raise once at iteration DISTPPO_FAULT_ITERATION of the run in `run_dir`."""
+    at: Optional[str] = os.environ.get(ITERATION)
+    if at is None or int(at) != iteration:
+        return
+    marker = os.path.join(os.path.dirname(run_dir),
+                          f".distppo-fault-{os.path.basename(run_dir)}-{iteration}")
+    if os.path.exists(marker):
+        return
+    open(marker, "w").close()
+    raise RuntimeError(f"failure injected at iteration {iteration} ({ITERATION})")
