@@ -47,12 +47,18 @@ class ParquetSink:
             self._rows[(row["run_id"], row["iteration"])] = row
         self._tail_file = None
         self.last_flush = time.monotonic()
+        # the rows of the last flush as a table, so a flush converts only newer rows (Arrow
+        # from Python dicts costs more than the Parquet write at 10k rows); None = rebuild
+        self._table: pa.Table | None = None
+        self._in_table: set[tuple[str, int]] = set()
+        self._pending: set[tuple[str, int]] = set()
 
     def write(self, row: Mapping, flush: bool = True) -> None:
         """Add a row; one with the same (run_id, iteration) replaces the old one. flush=False
         appends it to the tail (O(1)); flush=True rewrites metrics.parquet (O(rows))."""
         row = validate_row(row)
         self._rows[(row["run_id"], row["iteration"])] = row
+        self._pending.add((row["run_id"], row["iteration"]))
         if flush:
             self.flush()
         else:
@@ -61,6 +67,7 @@ class ParquetSink:
     def truncate_after(self, iteration: int, flush: bool = True) -> None:
         """Drop rows past `iteration`: on resume from a checkpoint they will be produced again."""
         self._rows = {k: r for k, r in self._rows.items() if k[1] <= iteration}
+        self._table = None
         if flush:
             self.flush()
 
@@ -74,11 +81,26 @@ class ParquetSink:
         """metrics.parquet := every row (durable), then the tail is emptied. A crash between
         the two leaves tail rows that metrics.parquet already holds: replaying them is a no-op."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        table = pa.Table.from_pylist(self.rows(), schema=ITERATION_SCHEMA)
+        table = self._as_table()
         atomic_write(str(self.path), lambda tmp: pq.write_table(table, tmp))
+        self._table, self._in_table, self._pending = table, set(self._rows), set()
         self.close()
         remove_quietly(str(self.tail))
         self.last_flush = time.monotonic()
+
+    def _as_table(self) -> pa.Table:
+        """Every row as one table sorted by key: the cached table of the last flush, less the
+        rows written again since, plus the rows written since."""
+        if self._table is None:
+            return pa.Table.from_pylist(self.rows(), schema=ITERATION_SCHEMA)
+        table, replaced = self._table, self._pending & self._in_table
+        if replaced:
+            keys = zip(table["run_id"].to_pylist(), table["iteration"].to_pylist())
+            table = table.filter(pa.array([k not in replaced for k in keys]))
+        new = pa.Table.from_pylist([self._rows[k] for k in sorted(self._pending)],
+                                   schema=ITERATION_SCHEMA)
+        return pa.concat_tables([table, new]).sort_by(
+            [("run_id", "ascending"), ("iteration", "ascending")])
 
     def close(self) -> None:
         if self._tail_file is not None:
@@ -90,6 +112,7 @@ class ParquetSink:
         data = (json.dumps(row) + "\n").encode()
         try:
             if self._tail_file is None:
+                self.tail.parent.mkdir(parents=True, exist_ok=True)
                 _cut_torn_line(self.tail)
                 self._tail_file = open(self.tail, "ab", buffering=0)
             while data:  # a raw write may be short (a full disk): the next one raises
