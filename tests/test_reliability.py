@@ -157,10 +157,11 @@ def test_resume_with_damaged_metrics_is_one_line(tmp_path, damage):
 
 def test_injected_full_disk_is_one_error_and_resumable(tmp_path, monkeypatch):
     monkeypatch.setenv("DISTPPO_FAULT_DISK_FULL", "ckpt_000006.pt")
-    with pytest.raises(StorageError, match="ckpt_000006.pt: No space left on device"):
+    with pytest.raises(StorageError, match="ckpt_000006.pt: No space left on device") as error:
         train(tiny_cfg(tmp_path, "r", 8, checkpoint_every=3), LocalBackend, progress=False)
     monkeypatch.delenv("DISTPPO_FAULT_DISK_FULL")
     run_dir = tmp_path / "r"
+    assert str(error.value).endswith(f"then continue with: distppo train --resume {run_dir}")
     assert not [f for f in files_of(run_dir) if "tmp" in f], files_of(run_dir)
     # rows 1-6 were on disk before checkpoint 6 was tried: metrics.parquet holds them whole
     assert pd.read_parquet(run_dir / "metrics.parquet")["iteration"].tolist() == [1, 2, 3, 4,

@@ -39,9 +39,6 @@ OnIteration = Callable[[dict, Optional[str]], None]
 MAX_LEARNER_RECOVERIES = 3
 FLUSH_EVERY_S = 60.0  # metrics.parquet of a live run is at most this far behind its rows
 
-__all__ = ["RunPaths", "prepare_run", "train", "Loop"]
-
-
 def train(cfg: TrainConfig, backend_factory: BackendFactory, resume: Optional[str] = None,
           progress: bool = True, on_iteration: Optional[OnIteration] = None,
           given: Optional[dict] = None) -> RunPaths:
@@ -63,10 +60,13 @@ def train(cfg: TrainConfig, backend_factory: BackendFactory, resume: Optional[st
             raise
         loop.close()
     except Exception as exc:
-        if run.state is None and (loop is None or loop.rows_written == 0):
+        fresh = run.state is None and (loop is None or loop.rows_written == 0)
+        if fresh:
             discard(run.paths)
-        elif isinstance(exc, StorageError):  # name the folder to resume
-            raise StorageError(f"{exc} {run.paths.run_dir}") from None
+        if isinstance(exc, StorageError):  # say what to do next
+            then = ("start the run again" if fresh
+                    else f"continue with: distppo train --resume {run.paths.run_dir}")
+            raise StorageError(f"{exc}: make room (or fix the folder), then {then}") from None
         raise
     finally:
         lock.release()
@@ -77,17 +77,22 @@ def _start(run: Prepared, backend_factory: BackendFactory, progress: bool) -> "L
     cfg, paths, state = run.cfg, run.paths, run.state
     if state is None:
         write_config_json(paths.config_json, cfg, paths.run_id)
-    else:
-        record_resume(paths.config_json, cfg, state["iteration"], run.changed)
     seed_everything(cfg.seed)
     torch.set_num_threads(cfg.runner.num_threads)
     torch.backends.cudnn.deterministic = cfg.torch_deterministic
     backend = backend_factory(cfg, paths.videos if cfg.env.capture_video else None)
     try:
-        return Loop(cfg, paths, backend, state, progress)
+        loop = Loop(cfg, paths, backend, state, progress)
     except BaseException:
         backend.close()
         raise
+    if state is not None:  # only a resume that got going changes the stored config
+        try:
+            record_resume(paths.config_json, cfg, state["iteration"], run.changed)
+        except BaseException:
+            loop.close(quiet=True)
+            raise
+    return loop
 
 
 @dataclass

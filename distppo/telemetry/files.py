@@ -61,8 +61,7 @@ def atomic_write(path: str, data: Union[bytes, Writer]) -> None:
 
 def storage_error(path: str, exc: OSError) -> StorageError:
     reason = exc.strerror or str(exc) or type(exc).__name__
-    return StorageError(f"cannot write {path}: {reason}; the files written before it are "
-                        "whole: make room (or fix the folder), then continue with --resume")
+    return StorageError(f"cannot write {path}: {reason}; the files written before it are whole")
 
 
 @contextlib.contextmanager
