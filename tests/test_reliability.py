@@ -142,7 +142,9 @@ def test_keep_checkpoints(tmp_path):
 
 # --- a damaged metrics.parquet on --resume (item 6) -------------------------------------------
 
-@pytest.mark.parametrize("damage", [b"", b"PAR1 not a parquet file"])
+@pytest.mark.parametrize("damage", [
+    b"",  # both kinds are read by test_metrics.py::test_parquet_damaged_file_is_one_user_error
+    pytest.param(b"PAR1 not a parquet file", marks=pytest.mark.slow)])
 def test_resume_with_damaged_metrics_is_one_line(tmp_path, damage):
     train(tiny_cfg(tmp_path, "r", 2), LocalBackend, progress=False)
     (tmp_path / "r" / "metrics.parquet").write_bytes(damage)
