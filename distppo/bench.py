@@ -128,3 +128,81 @@ def run_bench(env_id: str, backend: str, algos: list[str], total_timesteps: int,
                     print(f"{algo:8s} {name:10s} run {rep + 1}: {run['sps']:,.0f} SPS, "
                           f"peak RSS {run['peak_rss_mb']:,.0f} MB", flush=True)
     return results
+
+
+# -- `distppo bench --sink-rows N`: the cost of writing a run's metrics rows ------------------
+
+def synthetic_row(iteration: int) -> dict:
+    """A complete iteration row (telemetry/schema.py) whose values change with the iteration."""
+    from distppo.telemetry.schema import COLUMNS
+    row = {c.name: iteration + 0.25 for c in COLUMNS if str(c.dtype) == "double"}
+    row.update(run_id="bench", env_id="BreakoutNoFrameskip-v4", algo="ppo", backend="envpool",
+               seed=1, iteration=iteration, global_step=1024 * iteration, episodes=2,
+               num_env_runners=1, num_learners=1, policy_lag=0, runner_restarts=0)
+    return row
+
+
+def sink_benchmark(rows: int, checkpoint_every: int, samples: int = 10) -> list[dict]:
+    """Summed seconds of `rows` ParquetSink writes, as the loop makes them (tail rows, a flush
+    before and after each checkpoint) and as it made them before (one whole-file rewrite per
+    row, reproduced by _rewrite_all). The latter grows with the row count, so it is measured
+    at `samples` sizes (median of 3) and summed over all sizes by the trapezoid rule instead
+    of run 9,765 times."""
+    from distppo.telemetry.parquet import ParquetSink
+    if rows <= 0 or checkpoint_every <= 0:
+        raise UserError("--sink-rows and --checkpoint-every must be > 0")
+    with tempfile.TemporaryDirectory(prefix="distppo-sink-") as tmp:
+        warm = ParquetSink(os.path.join(tmp, "warm", "metrics.parquet"))
+        warm.write(synthetic_row(1))  # pyarrow's first table costs a second of set-up
+        warm.close()
+        sink = ParquetSink(os.path.join(tmp, "now", "metrics.parquet"))
+        costs = []
+        for i in range(1, rows + 1):
+            row, due = synthetic_row(i), i % checkpoint_every == 0 or i == rows
+            start = time.perf_counter()
+            sink.write(row, flush=due)
+            if due:
+                sink.write(row)  # the checkpoint row again, with its checkpoint seconds
+            costs.append(time.perf_counter() - start)
+        sink.close()
+        before = [synthetic_row(i) for i in range(1, rows + 1)]
+        sizes = sorted({max(1, rows * k // samples) for k in range(1, samples + 1)})
+        target = os.path.join(tmp, "before.parquet")
+        measured = {n: statistics.median(_rewrite_all(before[:n], target) for _ in range(3))
+                    for n in sizes}
+    points = [(0, measured[sizes[0]])] + sorted(measured.items())
+    summed = sum((b - a) * (ca + cb) / 2 for (a, ca), (b, cb) in zip(points, points[1:]))
+    flushes = sum(1 for i in range(1, rows + 1) if i % checkpoint_every == 0 or i == rows)
+    return [
+        {"writer": f"tail rows, flush at checkpoints (every {checkpoint_every})", "rows": rows,
+         "summed_s": sum(costs), "mean_ms": 1e3 * sum(costs) / rows,
+         "median_ms": 1e3 * statistics.median(costs), "last_ms": 1e3 * costs[-1],
+         "flushes": 2 * flushes},
+        {"writer": f"whole-file rewrite per row (before; {len(sizes)} sizes measured)",
+         "rows": rows, "summed_s": summed, "mean_ms": 1e3 * summed / rows,
+         "median_ms": 1e3 * statistics.median(measured.values()),
+         "last_ms": 1e3 * measured[sizes[-1]], "flushes": rows},
+    ]
+
+
+def _rewrite_all(rows: list[dict], path: str) -> float:
+    """Seconds of one write as ParquetSink made it for every row before: the whole table from
+    the rows, written beside the file and renamed over it."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from distppo.telemetry.schema import ITERATION_SCHEMA
+    start = time.perf_counter()
+    table = pa.Table.from_pylist(rows, schema=ITERATION_SCHEMA)
+    pq.write_table(table, path + ".tmp")
+    os.replace(path + ".tmp", path)
+    return time.perf_counter() - start
+
+
+def sink_table(results: list[dict]) -> str:
+    lines = ["| writer | rows | summed s | mean ms/row | median ms/row | ms at the last row "
+             "| full rewrites |", "|---|---|---|---|---|---|---|"]
+    lines += [f"| {r['writer']} | {r['rows']:,} | {r['summed_s']:.2f} | {r['mean_ms']:.3f} | "
+              f"{r['median_ms']:.3f} | {r['last_ms']:.2f} | {r['flushes']:,} |"
+              for r in results]
+    return "\n".join(lines) + "\n"

@@ -17,6 +17,16 @@ from distppo.errors import ConfigError
 
 ALGOS = ("ppo", "ppo_lstm")
 DEVICES = ("auto", "cpu", "cuda")
+MAX_SEED = 2**31 - 1
+
+# What --resume may change: where and how the run executes, how it logs and checkpoints, and
+# how long it trains (only longer: the learning rate anneals over the new total from then on).
+# Every other field defines the learning problem; changing one mid-run would give a run that
+# is neither the old config nor the new one.
+RESUME_SAFE = ("total_timesteps", "local", "device", "num_env_runners", "envs_per_runner",
+               "runner_cpus", "num_threads", "runner_max_restarts", "learner_cpus",
+               "learner_gpus", "capture_video", "checkpoint_every", "keep_checkpoints",
+               "log_every")
 
 
 @dataclass(frozen=True)
@@ -156,6 +166,8 @@ class TrainConfig:
     """run folder name (default <env_id>__<exp_name>__<seed>__<unix time>)"""
     checkpoint_every: int = 100
     """write a checkpoint every N iterations (and always at the end)"""
+    keep_checkpoints: int = 3
+    """newest checkpoints kept in <run dir>/checkpoints, older ones are deleted (0 = keep all)"""
     log_every: int = 1
     """print a progress line every N iterations"""
 
@@ -167,7 +179,16 @@ class TrainConfig:
             part.validate()
         _positive(self, "checkpoint_every")
         _positive(self, "log_every")
+        if self.keep_checkpoints < 0:
+            raise ConfigError(f"--keep-checkpoints must be >= 0 (0 = keep all), got "
+                              f"{self.keep_checkpoints}")
         p, e = self.ppo, self.env
+        # env j of runner incarnation k is seeded seed + k*num_envs + j (core/seeds.py); numpy
+        # takes seeds below 2**32 and EnvPool below 2**31
+        top = MAX_SEED - e.num_envs * (self.runner.runner_max_restarts + 1) + 1
+        if not 0 <= self.seed <= top:
+            raise ConfigError(f"--seed must lie in [0, {top}] (the env seeds derived from it "
+                              f"must fit in 31 bits), got {self.seed}")
         if self.batch_size % p.num_minibatches:
             raise ConfigError(
                 f"num_envs*num_steps = {self.batch_size} is not divisible by num_minibatches = "
@@ -247,6 +268,33 @@ class TrainConfig:
         for owner, kw in nested.items():
             top[owner] = dataclasses.replace(getattr(self, owner), **kw)
         return dataclasses.replace(self, **top)
+
+
+    def flat(self) -> dict:
+        """{flat field name: value}, the names of the command line."""
+        return {name: getattr(getattr(self, owner), name) if owner else getattr(self, name)
+                for name, owner in FLAT_FIELDS.items()}
+
+    def resumed(self, given: dict) -> tuple["TrainConfig", dict]:
+        """This stored config with the flags given to --resume; returns it and the changed
+        fields {name: [old, new]}. A change outside RESUME_SAFE is a one-line ConfigError."""
+        new = self.replace(**given)
+        before, after = self.flat(), new.flat()
+        changed = {k: [before[k], after[k]] for k in FLAT_FIELDS if before[k] != after[k]}
+        for name, (old, value) in changed.items():
+            if name not in RESUME_SAFE:
+                raise ConfigError(f"--{_flag(name)} {value} differs from the run's {old}: "
+                                  f"--resume cannot change it, only {resume_flags()}")
+        if new.ppo.total_timesteps < self.ppo.total_timesteps:
+            raise ConfigError(f"--total-timesteps {new.ppo.total_timesteps} is less than the "
+                              f"run's {self.ppo.total_timesteps}: --resume can only extend a run")
+        return new, changed
+
+
+def resume_flags() -> str:
+    """The flags --resume may change, for --help and the refusal line."""
+    return ", ".join("--total-timesteps (larger only)" if n == "total_timesteps"
+                     else f"--{_flag(n)}" for n in RESUME_SAFE)
 
 
 SECTIONS = {"env": EnvConfig, "ppo": PPOConfig, "runner": RunnerConfig, "learner": LearnerConfig}

@@ -28,3 +28,9 @@ class LearnerFailure(TrainingError):
 
 class RunnerFailure(TrainingError):
     """An env runner failed for good (an env raised, or restarts were used up)."""
+
+
+class StorageError(TrainingError, OSError):
+    """A run file could not be written (disk full, quota, read-only); one line, exit 1. The
+    files already written stay whole, so the run resumes once there is room. Also an OSError,
+    so code that handles I/O errors still sees one."""

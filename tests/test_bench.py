@@ -19,3 +19,18 @@ def test_bench_table(tmp_path):
 def test_bench_bad_variant():
     proc = run_cli("bench", "--variant", "nonsense", timeout=60)
     assert proc.returncode == 2 and "NAME=FLAGS" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_bench_sink_rows(tmp_path):
+    """The metrics-writing benchmark: both writers write every row, the new one rewrites
+    metrics.parquet only at checkpoints (twice each: before and after the checkpoint)."""
+    out = tmp_path / "sink.md"
+    proc = run_cli("bench", "--sink-rows", "300", "--checkpoint-every", "50", "--out", out,
+                   timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = [line.split("|")[1:-1] for line in out.read_text().splitlines()[2:]]
+    assert [r[0].split(" (")[0].strip() for r in rows] == [
+        "tail rows, flush at checkpoints", "whole-file rewrite per row"]
+    assert [r[1].strip() for r in rows] == ["300", "300"]
+    assert [r[6].strip() for r in rows] == ["12", "300"]
+    assert all(float(r[2]) > 0 for r in rows)

@@ -105,6 +105,75 @@ def test_runner_killed_mid_rollout_is_restarted(ray_cluster, tmp_path):
     assert df["runner_restarts"].iloc[-1] == 1
 
 
+def _kill_and_wait(pid, timeout=60):
+    """SIGKILL a process we did not start (a Ray worker) and wait until it is gone."""
+    import psutil
+    os.kill(pid, signal.SIGKILL)
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+                return
+        except psutil.NoSuchProcess:
+            return
+        time.sleep(0.05)
+    raise TimeoutError(f"process {pid} survived SIGKILL")
+
+
+def _pid_or_none(actor):
+    from ray.exceptions import RayActorError
+    try:
+        return ray.get(actor.pid.remote(), timeout=60)
+    except RayActorError:  # asked while it was down
+        time.sleep(0.2)
+        return None
+
+
+def _wait_for(predicate, timeout, what):
+    """Wait for predicate(); `what` (a string, or a function for a message made late)."""
+    deadline = time.time() + timeout
+    while not predicate():
+        if time.time() > deadline:
+            raise TimeoutError(what() if callable(what) else what)
+        time.sleep(0.1)
+
+
+@pytest.mark.slow
+def test_runner_killed_between_calls_is_counted_and_gets_fresh_seeds(ray_cluster, tmp_path):
+    """Killed while idle (after its rollout, during the loop's bookkeeping), a runner is
+    restarted by Ray before its next call, which never fails: it must be counted anyway."""
+    from distppo.distributed.backend import RayBackend
+    holder, seen = {}, {}
+
+    def factory(cfg, video_dir):
+        holder["backend"] = RayBackend(cfg, video_dir)
+        return holder["backend"]
+
+    def on_iteration(row, ckpt):
+        runners = holder["backend"].runners
+        if row["iteration"] == 1:
+            seen["first"] = ray.get([r.seed.remote() for r in runners])
+        if row["iteration"] in (2, 4):  # no rollout is in flight now (no overlap)
+            runner = runners[1 if row["iteration"] == 2 else 0]
+            old = ray.get(runner.pid.remote())
+            _kill_and_wait(old)
+            # as when the kill falls in a long update: Ray has restarted the runner before
+            # the loop asks it for the next rollout, so that call does not fail
+            _wait_for(lambda: _pid_or_none(runner) not in (None, old), 120, "no restart")
+        if row["iteration"] == 6:
+            seen["last"] = ray.get([r.seed.remote() for r in runners])
+
+    cfg = cfg_for(tmp_path, num_env_runners=2, run_name="idle-kill")
+    df = pd.read_parquet(train(cfg, factory, progress=False, on_iteration=on_iteration).parquet)
+    assert df["iteration"].tolist() == list(range(1, 7))
+    assert df["global_step"].tolist() == [128 * i for i in range(1, 7)]
+    assert df["runner_restarts"].tolist() == [0, 0, 1, 1, 2, 2]
+    # (incarnation, seed of env 0): 2 runners x 2 envs, base seed 1; a rebuilt runner takes
+    # a block of seeds no env of the run had (core/seeds.py), not its first games again
+    assert seen["first"] == [(0, 1), (0, 3)]
+    assert seen["last"] == [(1, 5), (1, 7)]
+
+
 @pytest.mark.slow
 def test_learner_killed_is_restored_from_checkpoint(ray_cluster, tmp_path):
     old_pids = []
@@ -172,3 +241,62 @@ def test_multi_node_spread_and_node_removal(tmp_path):
     assert df["iteration"].tolist() == list(range(1, 41))
     assert df["global_step"].iloc[-1] == 40 * 1024
     assert df["runner_restarts"].iloc[-1] >= 1
+
+
+def _session(sid):
+    """Live processes of session `sid` (a driver started with start_new_session leads one, and
+    everything it starts stays in it: Ray's daemons, agents and workers)."""
+    import psutil
+    out = []
+    for proc in psutil.process_iter(["pid", "status", "cmdline"]):
+        try:
+            if os.getsid(proc.pid) == sid and proc.info["status"] != psutil.STATUS_ZOMBIE:
+                out.append(f"{proc.pid} {' '.join(proc.info['cmdline'] or [])[:80]}")
+        except (OSError, psutil.Error):
+            pass
+    return out
+
+
+def _reapers_of(pid):
+    import psutil
+    return [p.pid for p in psutil.process_iter(["cmdline"])
+            if "distppo.distributed.reaper" in (p.info["cmdline"] or [])[1:3]
+            and str(pid) in (p.info["cmdline"] or [])]
+
+
+@pytest.mark.slow
+def test_killed_driver_and_its_resume_leave_no_process(tmp_path):
+    """SIGKILL of `distppo train` on its own local Ray: nothing of it may keep running (Ray's
+    dashboard and runtime-env agents used to live on for about 100 s), nor after --resume."""
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}  # its own local Ray
+    args = ["train", "--env-id", "CartPole-v1", "--backend", "gym", "--num-envs", "2",
+            "--num-steps", "64", "--num-minibatches", "2", "--total-timesteps", str(128 * 60),
+            "--checkpoint-every", "2", "--output-dir", str(tmp_path), "--run-name", "r"]
+
+    def start(*argv):
+        return subprocess.Popen([sys.executable, "-m", "distppo", *argv], cwd=REPO, env=env,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                start_new_session=True)
+
+    driver = start(*args)
+    ckpts = tmp_path / "r" / "checkpoints"
+    try:
+        _wait_for(lambda: driver.poll() is not None or any(
+            int(p.stem[5:]) >= 4 for p in ckpts.glob("ckpt_*.pt")), 240, "no checkpoint 4")
+        assert driver.poll() is None, driver.stderr.read()[-2000:]
+        assert len(_session(driver.pid)) > 3  # Ray's daemons and actors run in its session
+        driver.send_signal(signal.SIGKILL)
+        driver.wait(timeout=30)
+        _wait_for(lambda: not _session(driver.pid) and not _reapers_of(driver.pid), 30,
+                  lambda: f"left running after the SIGKILL: {_session(driver.pid)}")
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+    resumed = start("train", "--resume", str(tmp_path / "r"))
+    _, err = resumed.communicate(timeout=300)
+    assert resumed.returncode == 0, err[-3000:]
+    _wait_for(lambda: not _session(resumed.pid) and not _reapers_of(resumed.pid), 30,
+              lambda: f"left running after the resumed run ended: {_session(resumed.pid)}")
+    df = pd.read_parquet(tmp_path / "r" / "metrics.parquet")
+    assert df["iteration"].tolist() == list(range(1, 61))
+    assert df["global_step"].tolist() == [128 * i for i in range(1, 61)]

@@ -129,6 +129,12 @@ def test_seeding(backend):
 
 def test_seed_helpers():
     assert [env_seed(10, r, 8) for r in range(3)] == [10, 18, 26]
+    # a rebuilt runner (incarnation k) takes a block no env of the run used: 3 runners x 2
+    # envs, restarts 0..2 of every runner cover seeds 10..27 exactly once
+    seeds = [env_seed(10, r, 2, num_runners=3, incarnation=k) + i
+             for k in range(3) for r in range(3) for i in range(2)]
+    assert sorted(seeds) == list(range(10, 28))
+    assert env_seed(10, 1, 2, num_runners=3, incarnation=0) == env_seed(10, 1, 2)
     seed_everything(7)
     first = (np.random.rand(), torch.rand(1).item())
     seed_everything(7)

@@ -13,6 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
+from distppo.errors import UserError
 from distppo.telemetry import parquet, schema, stats, tensorboard
 from distppo.telemetry.parquet import ParquetSink
 from distppo.telemetry.progress import Progress, format_eta
@@ -163,6 +164,63 @@ def test_parquet_failed_flush_keeps_old_file(tmp_path, monkeypatch):
     sink.flush()
     assert read_iterations(path) == [1, 2]
     assert [p.name for p in tmp_path.iterdir()] == ["metrics.parquet"]
+
+
+def test_parquet_tail_rows_cost_no_rewrite_and_read_back_exactly(tmp_path):
+    path = tmp_path / "metrics.parquet"
+    sink = ParquetSink(path)
+    sink.write(make_row(1))
+    committed = path.stat()
+    for i in range(2, 52):
+        sink.write(make_row(i, sps=0.1 + 0.2 * i, episodic_return_mean=math.nan), flush=False)
+    after = path.stat()
+    # O(1) per row: metrics.parquet was not rewritten, one line per row went to the tail
+    assert (after.st_ino, after.st_mtime_ns, after.st_size) == (
+        committed.st_ino, committed.st_mtime_ns, committed.st_size)
+    assert len(parquet.tail_path(path).read_text().splitlines()) == 50
+    assert read_iterations(path) == [1]
+    table = parquet.read_metrics(path)
+    assert table.schema.equals(ITERATION_SCHEMA)
+    assert table["iteration"].to_pylist() == list(range(1, 52))
+    assert table["sps"].to_pylist()[1:] == [0.1 + 0.2 * i for i in range(2, 52)]  # exact
+    assert all(math.isnan(v) for v in table["episodic_return_mean"].to_pylist()[1:])
+    # what a resumed run starts from (repr: NaN == NaN there)
+    assert repr(ParquetSink(path).rows()) == repr(sink.rows())
+    sink.flush()
+    assert not parquet.tail_path(path).exists()
+    assert read_iterations(path) == list(range(1, 52))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["metrics.parquet"]
+
+
+def test_parquet_tail_torn_line_and_replay_after_a_crash(tmp_path):
+    path, tail = tmp_path / "metrics.parquet", parquet.tail_path(tmp_path / "metrics.parquet")
+    sink = ParquetSink(path)
+    for i in (1, 2):
+        sink.write(make_row(i), flush=False)
+    sink.close()
+    with open(tail, "a") as f:  # a writer killed in the middle of its line
+        f.write('{"run_id": "Breakout__t__1__0", "iterat')
+    assert [r["iteration"] for r in parquet.read_rows(path)] == [1, 2]
+    sink = ParquetSink(path)
+    sink.write(make_row(3), flush=False)  # cuts the torn line first
+    assert [r["iteration"] for r in parquet.read_rows(path)] == [1, 2, 3]
+    # killed after metrics.parquet was replaced but before the tail was emptied: replaying
+    # the tail gives the same rows, once each
+    lines = tail.read_text()
+    sink.flush()
+    tail.write_text(lines)
+    assert [r["iteration"] for r in parquet.read_rows(path)] == [1, 2, 3]
+    tail.write_text(lines.replace('"iteration": 2', '"iteration": "two"'))
+    with pytest.raises(UserError, match="line 2 is damaged"):
+        ParquetSink(path)
+
+
+@pytest.mark.parametrize("damage", [b"", b"PAR1 half a file"])
+def test_parquet_damaged_file_is_one_user_error(tmp_path, damage):
+    path = tmp_path / "metrics.parquet"
+    path.write_bytes(damage)
+    with pytest.raises(UserError, match="metrics.parquet cannot be read .* damaged"):
+        ParquetSink(path)
 
 
 # --- PhaseTimer -----------------------------------------------------------------------------

@@ -72,6 +72,12 @@ def test_kill_and_resume(tmp_path):
     assert df["global_step"].tolist() == [128 * i for i in range(1, 61)]
     assert df["wall_clock_s"].is_monotonic_increasing
     assert (df["learning_rate"].diff().dropna() < 0).all()  # the schedule continued, not restarted
+    # TensorBoard shows each step once, the checkpoint's included (it was purged before)
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    ea = EventAccumulator(str(tmp_path / "r"))
+    ea.Reload()
+    steps = [e.step for e in ea.Scalars("charts/learning_rate")]
+    assert steps == df["global_step"].tolist()
 
 
 @pytest.mark.slow

@@ -62,7 +62,12 @@ def add_train_flags(parser: argparse.ArgumentParser, skip: tuple = ()) -> None:
     add_fields(parser.add_argument_group("run"), TrainConfig, skip)
 
 
+def given_flags(args: argparse.Namespace) -> dict:
+    """{flat field: value} of the train flags given on the command line (only those: a flag
+    not given is absent, argparse.SUPPRESS)."""
+    return {k: v for k, v in vars(args).items() if k in FLAT_FIELDS}
+
+
 def train_config(args: argparse.Namespace, base: Optional[TrainConfig] = None) -> TrainConfig:
     """The TrainConfig of the train flags given (the rest keep `base`'s values)."""
-    values = {k: v for k, v in vars(args).items() if k in FLAT_FIELDS}
-    return (base or TrainConfig()).replace(**values)
+    return (base or TrainConfig()).replace(**given_flags(args))

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import argparse
 
-from distppo.cli.flags import add_train_flags, train_config
+from distppo.cli.flags import add_train_flags, given_flags
+from distppo.config import TrainConfig, resume_flags
 
 
 def add_parser(sub) -> None:
@@ -12,17 +13,21 @@ def add_parser(sub) -> None:
     p.add_argument("--cuda", action="store_true", default=False,
                    help="require a CUDA learner (same as --device cuda); fails without a GPU")
     p.add_argument("--resume", metavar="RUN_DIR", default=None,
-                   help="continue the run in RUN_DIR from its last checkpoint (its config wins)")
+                   help="continue the run in RUN_DIR from its last checkpoint with its stored "
+                        f"config; flags it may change: {resume_flags()}; any other flag "
+                        "given with a different value is refused")
     p.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from distppo.core.loop import train
     from distppo.distributed.factory import make_backend
-    cfg = train_config(args)
+    given = given_flags(args)
     if args.cuda:
-        cfg = cfg.replace(device="cuda")
-    paths = train(cfg, make_backend, resume=args.resume, progress=True)
+        given["device"] = "cuda"
+    # with --resume the stored config is the base (core/runfolder.py), not the defaults
+    cfg = TrainConfig() if args.resume else TrainConfig().replace(**given)
+    paths = train(cfg, make_backend, resume=args.resume, progress=True, given=given)
     print(f"run folder:  {paths.run_dir}")
     print(f"metrics:     {paths.parquet}")
     print(f"tensorboard: tensorboard --logdir {paths.run_dir}")

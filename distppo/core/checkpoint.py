@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import glob
+import io
 import os
 import random
 
@@ -10,6 +11,7 @@ import numpy as np
 import torch
 
 from distppo.errors import UserError
+from distppo.telemetry.files import atomic_write
 
 CHECKPOINT_GLOB = "ckpt_*.pt"
 
@@ -35,19 +37,30 @@ def set_rng_state(state: dict) -> None:
     torch.set_rng_state(state["torch"])
 
 
-def save_checkpoint(run_dir: str, iteration: int, state: dict) -> str:
-    """Write atomically (tmp file + rename) so a crash never leaves a half checkpoint."""
+def save_checkpoint(run_dir: str, iteration: int, state: dict, keep: int = 0) -> str:
+    """Write atomically and durably (telemetry/files.py), so a crash, a full disk or a second
+    writer never leaves a half checkpoint; then keep only the newest `keep` (0 = all)."""
     folder = checkpoint_dir(run_dir)
     os.makedirs(folder, exist_ok=True)
     path = os.path.join(folder, f"ckpt_{iteration:06d}.pt")
-    tmp = path + ".tmp"
-    torch.save(state, tmp)
-    os.replace(tmp, path)
+    # Serialised in memory first: torch.save into a file reports a full disk as a generic
+    # RuntimeError from its zip writer; a plain write reports ENOSPC as an OSError.
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    atomic_write(path, buffer.getbuffer())
+    if keep > 0:
+        for old in checkpoint_paths(run_dir)[:-keep]:
+            os.remove(old)
     return path
 
 
+def checkpoint_paths(run_dir: str) -> list[str]:
+    """The run's checkpoints, oldest first (names sort by iteration)."""
+    return sorted(glob.glob(os.path.join(checkpoint_dir(run_dir), CHECKPOINT_GLOB)))
+
+
 def latest_checkpoint(run_dir: str) -> str:
-    paths = sorted(glob.glob(os.path.join(checkpoint_dir(run_dir), CHECKPOINT_GLOB)))
+    paths = checkpoint_paths(run_dir)
     if not paths:
         raise UserError(f"{run_dir} has no checkpoint "
                         f"(expected {checkpoint_dir(run_dir)}/ckpt_*.pt)")

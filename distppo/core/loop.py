@@ -1,11 +1,11 @@
 """The iteration loop, one for every backend (core/backend.py, distributed/backend.py).
 
-train() prepares the run folder, builds the backend through the factory it is given (the CLI
-passes distributed.make_backend; tests pass LocalBackend or RayBackend) and runs Loop.
+train() prepares the run folder (core/runfolder.py), builds the backend through the factory it
+is given (the CLI passes distributed.make_backend; tests pass LocalBackend or RayBackend) and
+runs Loop.
 """
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass
 from typing import Callable, Optional
@@ -22,12 +22,14 @@ from distppo.core.checkpoint import (
     set_rng_state,
 )
 from distppo.core.rollout import RolloutMeta
+from distppo.core.runfolder import Prepared, RunPaths, claim, discard, prepare_run
 from distppo.core.seeds import seed_everything
-from distppo.errors import LearnerFailure, UserError
+from distppo.errors import LearnerFailure, StorageError
+from distppo.telemetry.files import storage_errors
 from distppo.telemetry.parquet import ParquetSink
 from distppo.telemetry.progress import Progress
-from distppo.telemetry.runinfo import default_run_name, read_config_json, write_config_json
-from distppo.telemetry.schema import LOSS_COLUMNS, METRICS_FILENAME
+from distppo.telemetry.runinfo import record_resume, write_config_json
+from distppo.telemetry.schema import LOSS_COLUMNS
 from distppo.telemetry.stats import EpisodeTracker, PhaseTimer
 from distppo.telemetry.tensorboard import TensorBoardWriter
 from distppo.testing import faults
@@ -35,79 +37,62 @@ from distppo.testing import faults
 BackendFactory = Callable[[TrainConfig, Optional[str]], Backend]
 OnIteration = Callable[[dict, Optional[str]], None]
 MAX_LEARNER_RECOVERIES = 3
-
-
-@dataclass
-class RunPaths:
-    run_dir: str
-    run_id: str
-
-    @property
-    def parquet(self) -> str:
-        return os.path.join(self.run_dir, METRICS_FILENAME)
-
-    @property
-    def config_json(self) -> str:
-        return os.path.join(self.run_dir, "config.json")
-
-    @property
-    def videos(self) -> str:
-        return os.path.join(self.run_dir, "videos")
-
-
-def prepare_run(cfg: TrainConfig, resume: Optional[str] = None
-                ) -> tuple[TrainConfig, RunPaths, Optional[dict]]:
-    """Check everything a user can get wrong before anything is written.
-
-    New run: the folder must not exist (never write over a run). Resume: the folder must hold
-    a config.json and a readable checkpoint; its stored config wins, except that `local`
-    given now may move the run into this process.
-    """
-    if resume:
-        if not os.path.isdir(resume):
-            raise UserError(f"--resume {resume}: no such run folder")
-        stored, run_id = read_config_json(resume)
-        state = load_checkpoint(latest_checkpoint(resume))
-        cfg = stored.replace(local=stored.local or cfg.local)
-        return cfg, RunPaths(os.path.abspath(resume), run_id), state
-    if cfg.learner.device == "cuda" and not torch.cuda.is_available():
-        raise UserError("--cuda was given but no CUDA device is visible: drop --cuda or use "
-                        "--device cpu")
-    name = cfg.run_name or default_run_name(cfg)
-    run_dir = os.path.abspath(os.path.join(cfg.output_dir, name))
-    if os.path.exists(run_dir):
-        raise UserError(f"run folder {run_dir} already exists: pick another --run-name or "
-                        "--resume it")
-    return cfg, RunPaths(run_dir, name), None
-
+FLUSH_EVERY_S = 60.0  # metrics.parquet of a live run is at most this far behind its rows
 
 def train(cfg: TrainConfig, backend_factory: BackendFactory, resume: Optional[str] = None,
-          progress: bool = True, on_iteration: Optional[OnIteration] = None) -> RunPaths:
+          progress: bool = True, on_iteration: Optional[OnIteration] = None,
+          given: Optional[dict] = None) -> RunPaths:
     """Run (or resume) one training run; returns where its files are.
 
     `on_iteration(row, checkpoint_path or None)` is called after each iteration's row is
-    written (the sweep trial reports to Tune from there).
+    written (the sweep trial reports to Tune from there). `given`: the flags given with
+    --resume (config.RESUME_SAFE says which may differ from the stored config).
     """
-    cfg, paths, state = prepare_run(cfg, resume)
-    os.makedirs(paths.run_dir, exist_ok=True)
+    run = prepare_run(cfg, resume, given)
+    lock = claim(run)
+    loop = None
+    try:
+        loop = _start(run, backend_factory, progress)
+        try:
+            loop.run(on_iteration)
+        except BaseException:
+            loop.close(quiet=True)  # the error that stopped the run is the one to report
+            raise
+        loop.close()
+    except Exception as exc:
+        fresh = run.state is None and (loop is None or loop.rows_written == 0)
+        if fresh:
+            discard(run.paths)
+        if isinstance(exc, StorageError):  # say what to do next
+            then = ("start the run again" if fresh
+                    else f"continue with: distppo train --resume {run.paths.run_dir}")
+            raise StorageError(f"{exc}: make room (or fix the folder), then {then}") from None
+        raise
+    finally:
+        lock.release()
+    return run.paths
+
+
+def _start(run: Prepared, backend_factory: BackendFactory, progress: bool) -> "Loop":
+    cfg, paths, state = run.cfg, run.paths, run.state
     if state is None:
         write_config_json(paths.config_json, cfg, paths.run_id)
     seed_everything(cfg.seed)
     torch.set_num_threads(cfg.runner.num_threads)
     torch.backends.cudnn.deterministic = cfg.torch_deterministic
     backend = backend_factory(cfg, paths.videos if cfg.env.capture_video else None)
-    loop = Loop(cfg, paths, backend, state, progress)
     try:
-        while loop.iteration < cfg.num_iterations:
-            loop.iteration += 1
-            try:
-                metas, stats, version = loop.sample_and_learn()
-                loop.record(metas, stats, version, on_iteration)
-            except LearnerFailure:  # also while checkpointing: record() writes rows last
-                loop.recover()
-    finally:
-        loop.close()
-    return paths
+        loop = Loop(cfg, paths, backend, state, progress)
+    except BaseException:
+        backend.close()
+        raise
+    if state is not None:  # only a resume that got going changes the stored config
+        try:
+            record_resume(paths.config_json, cfg, state["iteration"], run.changed)
+        except BaseException:
+            loop.close(quiet=True)
+            raise
+    return loop
 
 
 @dataclass
@@ -129,13 +114,15 @@ class Loop:
         self.sink = ParquetSink(paths.parquet)
         self.tracker = EpisodeTracker()
         self.iteration, self.global_step, elapsed_before = 0, 0, 0.0
+        self.restarts_before = self._restarts_so_far(state)
+        self.rows_written = 0
         if state is not None:
             backend.load_learner_state(state["learner"])
             set_rng_state(state["rng"])
             elapsed_before = self.restore(state)
         else:  # iteration 0: a learner lost before the first periodic checkpoint can return here
-            save_checkpoint(paths.run_dir, 0, self.checkpoint_state(0.0))
-        self.tb = TensorBoardWriter(paths.run_dir, purge_step=self.global_step if state else None)
+            self.save_checkpoint(0.0)
+        self.tb = self._tensorboard(resumed=state is not None)
         if state is None:
             self.tb.add_hparams_text(cfg.to_dict())
         self.bar = Progress(cfg.ppo.total_timesteps) if progress else None
@@ -143,6 +130,28 @@ class Loop:
         self.start_time = time.time() - elapsed_before  # CleanRL's SPS timer: after construction
         self.pending: Optional[Pending] = None
         self.recoveries = 0
+
+    def run(self, on_iteration: Optional[OnIteration]) -> None:
+        while self.iteration < self.cfg.num_iterations:
+            self.iteration += 1
+            try:
+                metas, stats, version = self.sample_and_learn()
+                self.record(metas, stats, version, on_iteration)
+            except LearnerFailure:  # also while checkpointing: its row is rewritten after
+                self.recover()
+
+    def _restarts_so_far(self, state: Optional[dict]) -> int:
+        """Runner restarts of this run before this process: the rows a crashed attempt wrote
+        count too (they are dropped and rewritten, the restarts in them did happen)."""
+        rows = [r["runner_restarts"] for r in self.sink.rows() if r["run_id"] == self.paths.run_id]
+        return max(rows + [state.get("runner_restarts", 0) if state else 0])
+
+    def _tensorboard(self, resumed: bool) -> TensorBoardWriter:
+        # purge_step hides what an earlier attempt wrote past the checkpoint; the checkpoint's
+        # own step is kept (its row stays), so the purge starts one step after it
+        with storage_errors(self.paths.run_dir):
+            return TensorBoardWriter(self.paths.run_dir,
+                                     purge_step=self.global_step + 1 if resumed else None)
 
     def sample_and_learn(self) -> tuple[list[RolloutMeta], dict, int]:
         """One iteration's rollout and update; returns the rollout's metas, the losses, and
@@ -170,7 +179,12 @@ class Loop:
 
     def record(self, metas: list[RolloutMeta], stats: dict, version: int,
                on_iteration: Optional[OnIteration]) -> None:
-        """Count the steps and games, checkpoint when due, write the row everywhere."""
+        """Count the steps and games, write the row, checkpoint when due, then the rest.
+
+        The row is on disk before its checkpoint: a kill between the two then only means a
+        resume from the previous checkpoint, which writes the row again. (Checkpoint first
+        lost the row for good: the resume started after it.)
+        """
         cfg, iteration = self.cfg, self.iteration
         self.global_step += sum(m.num_steps * m.num_envs for m in metas)
         returns = [r for m in metas for r in m.episode_returns]
@@ -178,11 +192,6 @@ class Loop:
         episode_columns = self.tracker.add(returns, lengths)
         wall = time.time() - self.start_time
         faults.check_iteration(iteration, self.paths.run_dir)
-        ckpt_path = None
-        if iteration % cfg.checkpoint_every == 0 or iteration == cfg.num_iterations:
-            with self.timer.phase("checkpoint"):
-                ckpt_path = save_checkpoint(self.paths.run_dir, iteration,
-                                            self.checkpoint_state(wall))
         self.timer.add("env", max(m.t_env_s for m in metas))
         self.timer.add("infer", max(m.t_infer_s for m in metas))
         for name in ("wait", "transfer"):
@@ -190,10 +199,21 @@ class Loop:
         row = iteration_row(cfg, self.paths.run_id, self.info, metas, stats,
                             self.timer.as_columns(), iteration, self.global_step, wall,
                             policy_lag=iteration - 1 - version,
-                            runner_restarts=self.backend.runner_restarts)
+                            runner_restarts=self.restarts_before + self.backend.runner_restarts)
         row.update(episode_columns)
-        self.sink.write(row)
-        self.tb.write(row, list(zip(returns, lengths)))
+        due = iteration % cfg.checkpoint_every == 0 or iteration == cfg.num_iterations
+        self.sink.write(row, flush=due or self.sink.seconds_since_flush() > FLUSH_EVERY_S)
+        self.rows_written += 1
+        ckpt_path = None
+        if due:
+            faults.kill_point("before_checkpoint", iteration)
+            with self.timer.phase("checkpoint"):
+                ckpt_path = self.save_checkpoint(wall)
+            faults.kill_point("after_checkpoint", iteration)
+            row["t_checkpoint_s"] = self.timer.totals["checkpoint"]
+            self.sink.write(row)  # the same row with its checkpoint's seconds
+        with storage_errors(self.paths.run_dir):
+            self.tb.write(row, list(zip(returns, lengths)))
         if on_iteration is not None:
             on_iteration(row, ckpt_path)
         if self.bar is not None and (iteration % cfg.log_every == 0
@@ -209,11 +229,18 @@ class Loop:
         self.backend.recover_learners(state["learner"])
         self.restore(state)
         self.pending = None  # a rollout in flight was sampled with weights we just discarded
+        self.tb.close()  # a new event file that purges the rewound steps, as after a resume
+        self.tb = self._tensorboard(resumed=True)
+
+    def save_checkpoint(self, wall: float) -> str:
+        return save_checkpoint(self.paths.run_dir, self.iteration, self.checkpoint_state(wall),
+                               keep=self.cfg.keep_checkpoints)
 
     def checkpoint_state(self, wall: float) -> dict:
         return {"learner": self.backend.learner_state(), "iteration": self.iteration,
                 "global_step": self.global_step, "wall_clock_s": wall, "rng": rng_state(),
-                "episodes": self.tracker.state_dict()}
+                "episodes": self.tracker.state_dict(),
+                "runner_restarts": self.restarts_before + self.backend.runner_restarts}
 
     def restore(self, state: dict) -> float:
         """Rewind the bookkeeping to a checkpoint; rows past it are dropped, then rewritten.
@@ -223,11 +250,24 @@ class Loop:
         self.iteration, self.global_step = state["iteration"], state["global_step"]
         return state["wall_clock_s"]
 
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
-        self.tb.close()
-        self.backend.close()
+    def close(self, quiet: bool = False) -> None:
+        """Flush the rows, close the writers, stop the backend. quiet: an error that stops the
+        run is already on its way; a second one from here (the same full disk) must not hide
+        it, so each step runs and errors are dropped."""
+        first: Optional[BaseException] = None
+        for step, writes in ((self.bar.close if self.bar else None, False),
+                             (self.sink.flush, True), (self.sink.close, True),
+                             (self.tb.close, True), (self.backend.close, False)):
+            try:
+                if step is not None and writes:
+                    with storage_errors(self.paths.run_dir):
+                        step()
+                elif step is not None:
+                    step()
+            except Exception as exc:  # noqa: BLE001 - every step runs; see above
+                first = first or exc
+        if first is not None and not quiet:
+            raise first
 
 
 def iteration_row(cfg: TrainConfig, run_id: str, info: BackendInfo, metas: list[RolloutMeta],

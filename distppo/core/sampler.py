@@ -26,6 +26,7 @@ class Sampler:
         self.agent = agent
         self.num_steps = num_steps
         self.runner_index = runner_index
+        self.seed = seed
         self.weights_version = 0
         self.next_obs = None  # [N, *obs_shape], reset lazily so the SPS timer covers it
         self.next_done = np.zeros(vec_env.num_envs, dtype=bool)
@@ -89,9 +90,12 @@ class Sampler:
         self.env.close()
 
 
-def make_sampler(cfg: TrainConfig, runner_index: int, video_dir: str | None = None) -> Sampler:
-    """Runner r's vector env (its seeds derived from the base seed) and a CPU policy copy."""
-    seed = env_seed(cfg.seed, runner_index, cfg.runner_num_envs)
+def make_sampler(cfg: TrainConfig, runner_index: int, video_dir: str | None = None,
+                 incarnation: int = 0) -> Sampler:
+    """Runner r's vector env (its seeds derived from the base seed and, for a runner rebuilt
+    after its process died, its incarnation) and a CPU policy copy."""
+    seed = env_seed(cfg.seed, runner_index, cfg.runner_num_envs, cfg.runner.num_env_runners,
+                    incarnation)
     vec_env = make_vector_env(cfg.env.env_id, cfg.env.backend, cfg.runner_num_envs, seed,
                               frame_stack(cfg.ppo.algo), video_dir if runner_index == 0 else None)
     agent = make_agent(cfg.ppo.algo, tuple(vec_env.obs_shape), vec_env.num_actions)

@@ -7,14 +7,20 @@ import numpy as np
 import torch
 
 
-def env_seed(base_seed: int, runner_index: int, envs_per_runner: int) -> int:
+def env_seed(base_seed: int, runner_index: int, envs_per_runner: int, num_runners: int = 1,
+             incarnation: int = 0) -> int:
     """Seed of sub-env 0 of runner `runner_index`; its sub-env i gets this + i.
 
     So global env j = runner * envs_per_runner + i is seeded base_seed + j, whatever the number
     of runners: one runner reproduces CleanRL's `seed + i`, and splitting the envs over more
     runners does not change any env's seed.
+
+    A runner whose process died is rebuilt by Ray from a fresh reset (incarnation k >= 1 of
+    it). Reusing its first seeds would replay the noop starts and sticky-action draws of the
+    run's first games; instead incarnation k takes the seeds that runner `k * num_runners + r`
+    would have, a block of num_envs seeds per incarnation that no env of this run used before.
     """
-    return base_seed + runner_index * envs_per_runner
+    return base_seed + (incarnation * num_runners + runner_index) * envs_per_runner
 
 
 def seed_everything(seed: int) -> None:

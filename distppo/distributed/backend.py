@@ -1,7 +1,9 @@
 """RayBackend: LocalBackend's Samplers and PPOLearner(s), each inside a Ray actor.
 
 - Env runners are spread over nodes (SPREAD) and restarted by Ray when their process dies;
-  the rollout of a restarted runner is re-requested with the same weights object.
+  the rollout of a restarted runner is re-requested with the same weights object. Restarts
+  are counted from Ray's actor table, so a runner that died between two calls (and whose
+  next call simply waited for its new process) counts too.
 - M learners train data-parallel: the batch is split by env, gradients are averaged every
   minibatch (GradAllReduce); a dead learner makes every learner be recreated and restored
   from the last checkpoint by the loop (LearnerFailure).
@@ -19,7 +21,7 @@ from distppo.core.rollout import RolloutMeta
 from distppo.distributed.connect import connect
 from distppo.distributed.learner import RemoteLearner
 from distppo.distributed.resources import check_cluster_has, required_resources, runner_strategy
-from distppo.distributed.runners import RemoteEnvRunner
+from distppo.distributed.runners import RemoteEnvRunner, num_restarts
 from distppo.errors import LearnerFailure, RunnerFailure
 
 CALL_TIMEOUT_S = 900.0  # no rollout or update of a sane config takes this long: fail loudly
@@ -40,8 +42,10 @@ class RayBackend:
             for i in range(r.num_env_runners)
         ]
         self.obs_shape, self.num_actions = self._get(self.runners[0].env_spec.remote(), "runner 0")
+        self.runner_ids = ray.get([a.actor_id.remote() for a in self.runners],
+                                  timeout=CALL_TIMEOUT_S)
         self.learners = self._make_learners()
-        self.runner_restarts = 0
+        self.runner_restarts = 0  # env-runner restarts since this backend started
         self.timings = {"t_transfer_s": 0.0, "t_wait_s": 0.0}
         # Wait until every actor is up: like CleanRL's SPS timer, ours starts after construction.
         self._info = self._describe()
@@ -100,6 +104,7 @@ class RayBackend:
         start, refs, weights, version = handle
         pairs = [self._collect(i, pair, weights, version) for i, pair in enumerate(refs)]
         metas = [meta for meta, _ in pairs]
+        self.runner_restarts = self._count_restarts()
         busy = max(m.t_env_s + m.t_infer_s for m in metas)
         self.timings["t_wait_s"] = max(time.perf_counter() - start - busy, 0.0)
         return metas, [(ref, meta.num_envs) for meta, ref in pairs]
@@ -112,8 +117,7 @@ class RayBackend:
                 return ray.get(meta_ref, timeout=CALL_TIMEOUT_S), batch_ref
             except RayTaskError as exc:  # the env itself raised: no retry can help
                 raise RunnerFailure(str(exc.cause)) from None
-            except RayActorError:
-                self.runner_restarts += 1
+            except RayActorError:  # counted by _count_restarts, like any other restart
                 self._wait_until_alive(i)
                 pair = self._submit(i, weights, version)
             except GetTimeoutError:
@@ -122,6 +126,14 @@ class RayBackend:
         raise RunnerFailure(f"env runner {i} ({self.cfg.env.env_id}) died more than "
                             f"{self.cfg.runner.runner_max_restarts} times: see its log in the "
                             "Ray session folder")
+
+    def _count_restarts(self) -> int:
+        """Restarts of all runners so far; a GCS that does not answer keeps the last count
+        (a row must not fail over a counter)."""
+        try:
+            return sum(num_restarts(actor_id) for actor_id in self.runner_ids)
+        except Exception:  # noqa: BLE001 - any GCS client error
+            return self.runner_restarts
 
     def _wait_until_alive(self, i: int) -> None:
         """Ray is restarting runner i (its constructor builds fresh envs); wait for it."""

@@ -1,7 +1,8 @@
 """The one place distppo starts or joins Ray (`distppo train`, sweep trials, the launch script).
 
 RAY_ADDRESS set (a cluster, `ray job submit`, a test's session cluster): join it. Otherwise
-start a private single-node Ray on this machine, sized to at least `min_cpus`.
+start a private single-node Ray on this machine, sized to at least `min_cpus`, watched by
+distributed/reaper.py so that none of its processes outlives this one, even after a SIGKILL.
 """
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import os
 
 import ray
 
+from distppo.distributed import reaper
 from distppo.testing import faults
 
 
@@ -24,4 +26,5 @@ def connect(min_cpus: float = 0.0, dashboard: bool = False) -> None:
     if not os.environ.get("RAY_ADDRESS"):
         kwargs["include_dashboard"] = dashboard
         kwargs["num_cpus"] = max(os.cpu_count() or 1, int(min_cpus + 0.999))
+        reaper.watch()
     ray.init(**kwargs)

@@ -5,6 +5,7 @@ import os
 
 import ray
 import torch
+from ray._private.state import actors as actor_table
 
 from distppo.config import TrainConfig
 from distppo.core.rollout import RolloutBatch, RolloutMeta
@@ -17,8 +18,11 @@ class EnvRunner:
         # Ray sets OMP threads from num_cpus; make the torch thread count the recorded setting.
         torch.set_num_threads(cfg.runner.num_threads)
         self.label = f"env runner {runner_index} ({cfg.env.env_id}, {cfg.env.backend})"
+        # Ray runs this constructor again in a new process after the old one died; the
+        # restart count picks fresh env seeds for the rebuilt envs (core/seeds.py).
+        self.incarnation = num_restarts(ray.get_runtime_context().get_actor_id())
         try:
-            self.sampler = make_sampler(cfg, runner_index, video_dir)
+            self.sampler = make_sampler(cfg, runner_index, video_dir, self.incarnation)
         except Exception as exc:
             raise EnvError(f"{self.label} could not create its envs: "
                            f"{type(exc).__name__}: {exc}") from None
@@ -43,11 +47,26 @@ class EnvRunner:
     def pid(self) -> int:
         return os.getpid()
 
+    def actor_id(self) -> str:
+        return ray.get_runtime_context().get_actor_id()
+
+    def seed(self) -> tuple[int, int]:
+        """(incarnation, seed of its first env): which envs this process built."""
+        return self.incarnation, self.sampler.seed
+
     def node_id(self) -> str:
         return ray.get_runtime_context().get_node_id()
 
     def placement_group_id(self) -> str | None:
         return ray.get_runtime_context().get_placement_group_id()
+
+
+def num_restarts(actor_id: str) -> int:
+    """How often Ray restarted the actor, from the GCS actor table: the record Ray itself reads
+    for `RuntimeContext.was_current_actor_reconstructed`. It counts every restart, also one
+    between two calls that no caller ever sees fail."""
+    info = actor_table(actor_id=actor_id)
+    return int(info.get("NumRestarts", 0)) if info else 0
 
 
 RemoteEnvRunner = ray.remote(EnvRunner)

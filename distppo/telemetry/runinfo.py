@@ -10,6 +10,7 @@ import time
 
 from distppo.config import TrainConfig
 from distppo.errors import ConfigError, UserError
+from distppo.telemetry.files import atomic_write
 
 LIBRARIES = ("torch", "ray", "ale-py", "envpool", "gymnasium", "numpy", "pyarrow")
 
@@ -49,10 +50,23 @@ def write_config_json(path: str, cfg: TrainConfig, run_id: str) -> None:
         "hostname": platform.node(),
         "created_unix": time.time(),
     }
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(record, f, indent=2)
-    os.replace(tmp, path)
+    _write(path, record)
+
+
+def record_resume(path: str, cfg: TrainConfig, iteration: int, changed: dict) -> None:
+    """A resume with changed flags: config.json gets the new config (the next resume starts
+    from it) and a `resumes` entry {iteration, unix, changed: {field: [old, new]}, commit}."""
+    with open(path) as f:
+        record = json.load(f)
+    record["config"] = cfg.to_dict()
+    record.setdefault("resumes", []).append(
+        {"iteration": iteration, "unix": time.time(), "changed": changed,
+         "git_commit": git_commit(), "hostname": platform.node()})
+    _write(path, record)
+
+
+def _write(path: str, record: dict) -> None:
+    atomic_write(path, json.dumps(record, indent=2).encode())
 
 
 def read_config_json(run_dir: str) -> tuple[TrainConfig, str]:

@@ -70,7 +70,9 @@ COLUMNS: tuple[Column, ...] = (
     Column("num_learners", _I, "-", "learner processes (1 in local mode)"),
     Column("policy_lag", _I, "weight versions",
            "weight versions between sampling and learning; 0 by default"),
-    Column("runner_restarts", _I, "-", "env-runner restarts so far (cumulative)"),
+    Column("runner_restarts", _I, "-",
+           "env-runner restarts of the run so far, whenever the runner died (counted by Ray); "
+           "cumulative over resumes and learner recoveries"),
     Column("runner_env_s_mean", _F, "s",
            "env stepping seconds per runner this iteration, mean over runners"),
     Column("runner_env_s_max", _F, "s",

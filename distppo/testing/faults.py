@@ -9,15 +9,25 @@ that returns its input.
 - DISTPPO_FAULT_ITERATION=N: a training run raises once at iteration N, before that iteration
   is checkpointed or written; "once" is remembered by a marker file beside the run folder, so
   a run restarted in the same output folder (a Tune trial retry) goes past it.
+- DISTPPO_FAULT_SIGKILL=POINT@N: the training process SIGKILLs itself at the named point of
+  iteration N (`kill_point` calls in core/loop.py, e.g. `after_checkpoint@4`): a real kill at
+  an exact moment that a kill from outside could only hit by luck.
+- DISTPPO_FAULT_DISK_FULL=GLOB: every atomic write (telemetry/files.py) of a file whose name
+  matches GLOB fails with ENOSPC after part of it was written, as on a full disk.
 """
 from __future__ import annotations
 
+import errno
+import fnmatch
 import os
+import signal
 from typing import Optional
 
 PREFIX = "DISTPPO_FAULT_"
 ENV_STEP = PREFIX + "ENV_STEP"
 ITERATION = PREFIX + "ITERATION"
+SIGKILL = PREFIX + "SIGKILL"
+DISK_FULL = PREFIX + "DISK_FULL"
 
 
 def forwarded_env() -> dict[str, str]:
@@ -58,3 +68,16 @@ def check_iteration(iteration: int, run_dir: str) -> None:
         return
     open(marker, "w").close()
     raise RuntimeError(f"failure injected at iteration {iteration} ({ITERATION})")
+
+
+def kill_point(point: str, iteration: int) -> None:
+    """SIGKILL this process here when DISTPPO_FAULT_SIGKILL is `<point>@<iteration>`."""
+    if os.environ.get(SIGKILL) == f"{point}@{iteration}":
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def check_disk(path: str) -> None:
+    """Raise ENOSPC for a file whose name matches DISTPPO_FAULT_DISK_FULL."""
+    pattern = os.environ.get(DISK_FULL)
+    if pattern and fnmatch.fnmatch(os.path.basename(path), pattern):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), path)
