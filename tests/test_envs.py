@@ -237,3 +237,32 @@ def test_video_of_env0_games(backend, tmp_path):
     assert game_length <= len(frames) <= game_length + BREAKOUT_LIVES
     assert frames[0].shape == (210, 160, 3)
     assert np.std(np.stack(frames).astype(np.float32)) > 10, "video frames look blank"
+
+
+def test_time_limit_in_agent_steps_on_both_backends():
+    """--max-episode-steps counts agent steps: EnvPool cuts the game at exactly N steps, the
+    gym chain at 4N emulator frames, the reset no-ops and FIRE steps included (so a little
+    earlier). Pong with NOOPs outlives 100 steps, so only the limit ends its games."""
+    from distppo.envs.factory import DEFAULT_MAX_EPISODE_STEPS, episode_limit
+    assert episode_limit("Breakout-v5", "envpool") == 108_000   # EnvPool 0.6.6, CleanRL's
+    assert episode_limit("Breakout-v5", "gym") == 27_000        # 108,000 frames
+    assert episode_limit("CartPole-v1", "gym") is None
+    assert episode_limit("Pong-v5", "envpool", 500) == 500
+    venv = _make("Pong-v5", "envpool", num_envs=1, frame_stack=1)
+    assert venv.env.spec.config.max_episode_steps == DEFAULT_MAX_EPISODE_STEPS["envpool"]
+    venv.close()
+    for backend in BACKENDS:
+        venv = _make("Pong-v5", backend, num_envs=2, frame_stack=1, max_episode_steps=100)
+        venv.reset()
+        lengths = []
+        for _ in range(250):
+            result = venv.step(np.zeros(2, dtype=np.int64))
+            for ep in result.episodes:
+                assert result.done[ep.env_index]
+                lengths.append(ep.length)
+        venv.close()
+        assert len(lengths) >= 4, (backend, lengths)
+        if backend == "envpool":   # later games count EnvPool's reset step too
+            assert lengths[:2] == [100, 100] and set(lengths[2:]) == {101}, lengths
+        else:                      # <= 30 no-op frames + 2 FIRE-reset steps come off the limit
+            assert all(100 - 10 <= n <= 100 for n in lengths), lengths

@@ -93,6 +93,7 @@ def make_sampler(cfg: TrainConfig, runner_index: int, video_dir: str | None = No
     """Runner r's vector env (its seeds derived from the base seed) and a CPU policy copy."""
     seed = env_seed(cfg.seed, runner_index, cfg.runner_num_envs)
     vec_env = make_vector_env(cfg.env.env_id, cfg.env.backend, cfg.runner_num_envs, seed,
-                              frame_stack(cfg.ppo.algo), video_dir if runner_index == 0 else None)
+                              frame_stack(cfg.ppo.algo), video_dir if runner_index == 0 else None,
+                              cfg.env.max_episode_steps)
     agent = make_agent(cfg.ppo.algo, tuple(vec_env.obs_shape), vec_env.num_actions)
     return Sampler(vec_env, agent, cfg.ppo.num_steps, runner_index, seed)

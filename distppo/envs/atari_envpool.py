@@ -21,13 +21,14 @@ class EnvPoolVecEnv:
     """Synchronous EnvPool (batch_size = num_envs); auto-reset happens on the NEXT step call."""
 
     def __init__(self, v5_id: str, num_envs: int, seed: int, frame_stack: int,
-                 video: Optional[VideoRecorder] = None):
+                 max_episode_steps: int, video: Optional[VideoRecorder] = None):
         import envpool
 
-        # EnvPool seeds env i with seed + i itself, which is CleanRL's rule.
+        # EnvPool seeds env i with seed + i itself, which is CleanRL's rule. Its time limit
+        # counts agent steps (Step calls) since the game's reset, not frames and not per life.
         self.env = envpool.make(v5_id, env_type="gymnasium", num_envs=num_envs,
                                 episodic_life=True, reward_clip=True, seed=seed,
-                                stack_num=frame_stack,
+                                stack_num=frame_stack, max_episode_steps=max_episode_steps,
                                 **({"render_mode": "rgb_array"} if video else {}))
         self.num_envs = num_envs
         self.obs_shape = tuple(self.env.observation_space.shape)   # (k, 84, 84)

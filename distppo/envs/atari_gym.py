@@ -17,14 +17,18 @@ from distppo.envs.types import GameStats
 NOOP, FIRE = 0, 1
 
 
-def make_atari_gym_env(gym_id: str, frame_stack: int, render: bool = False
-                       ) -> tuple[gym.Env, GameStats]:
-    """The wrapped env and its GameStats (which the vector env reads finished games from)."""
+def make_atari_gym_env(gym_id: str, frame_stack: int, max_episode_steps: int = 27_000,
+                       render: bool = False) -> tuple[gym.Env, GameStats]:
+    """The wrapped env and its GameStats (which the vector env reads finished games from).
+
+    `max_episode_steps` in agent steps; the ALE counts emulator frames (reset no-ops
+    included), so the limit it gets is 4 frames per agent step: 27,000 -> the v4 ids' 108,000.
+    """
     import ale_py
 
     gym.register_envs(ale_py)  # gymnasium 1.x no longer finds ale-py's ids by itself
     env = gym.make(gym_id, frameskip=1, repeat_action_probability=0.0,
-                   full_action_space=False, max_num_frames_per_episode=108_000,
+                   full_action_space=False, max_num_frames_per_episode=4 * max_episode_steps,
                    render_mode="rgb_array" if render else None)
     # Below EpisodicLife, so the raw return spans all lives (hyperparameters.md section 5).
     env = stats = GameStats(env)
