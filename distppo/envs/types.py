@@ -4,8 +4,9 @@ Semantics (shared/reference/hyperparameters.md sections 4 and 5):
 - `done` is the training-level end (a life loss on Atari); `episodes` lists the *full games*
   that ended in this step, with their raw unclipped return over all lives.
 - gym backend: same-step auto-reset, as gymnasium 0.29's SyncVectorEnv that CleanRL used (the
-  returned obs of a done env is already the next start). EnvPool: auto-reset on the next
-  step call (that reset step returns reward 0, done False, and counts as an agent step).
+  returned obs of a done env is already the next start; gymnasium 1.x: AutoresetMode.SAME_STEP).
+  EnvPool: auto-reset on the next step call (that reset step returns reward 0, done False, and
+  counts as an agent step).
 - `Episode.length` counts agent steps (vector-env step calls) of the game.
 """
 from __future__ import annotations
@@ -53,6 +54,7 @@ class GameStats(gym.Wrapper):
         super().__init__(env)
         self.game_return = 0.0
         self.raw_total = 0.0     # raw reward summed over the env's lifetime (never cleared)
+        self.games = 0           # games finished over the env's lifetime (never cleared)
         self.finished: list[float] = []
 
     def reset(self, **kwargs):
@@ -65,4 +67,5 @@ class GameStats(gym.Wrapper):
         self.raw_total += float(reward)
         if terminated or truncated:
             self.finished.append(self.game_return)
+            self.games += 1
         return obs, reward, terminated, truncated, info
