@@ -81,6 +81,10 @@ class PPOConfig:
     """global L2 norm to which gradients are clipped"""
     target_kl: Optional[float] = None
     """stop the epochs of an iteration early when approx_kl exceeds this (off by default)"""
+    lstm_exact_resets: bool = True
+    """ppo_lstm on envpool (next-step auto-reset): zero the LSTM state before the first
+    observation of a new life and leave EnvPool's reset step out of the loss, as in the gym
+    ordering; off = CleanRL's LSTM loop on EnvPool's ordering, unchanged (docs/semantics.md)"""
 
     def validate(self) -> None:
         if self.algo not in ALGOS:

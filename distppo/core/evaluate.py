@@ -38,6 +38,8 @@ def evaluate(run_dir: str, episodes: int = 10, greedy: bool = False, video: bool
             action, _, _ = policy_step(agent, obs, done, policy, generator, greedy)
             result = env.step(action.numpy())
             obs, done = result.obs, result.done
+            if cfg.ppo.lstm_exact_resets and result.autoreset is not None:
+                done = done | result.autoreset   # a new life starts here (sampler.py)
             returns += [ep.ret for ep in result.episodes]
             if len(returns) >= episodes:
                 break

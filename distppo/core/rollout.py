@@ -35,6 +35,9 @@ class RolloutBatch:
     next_value: np.ndarray   # [N] float32, bootstrap value of the observation after step T-1
     next_done: np.ndarray    # [N] bool
     lstm_state: tuple | None = None  # (h, c), each [1, N, H] float32: state at rollout start
+    # [T, N] bool or None (= all): False at EnvPool's reset steps under PPO-LSTM's exact resets,
+    # which the LSTM runs over but the loss leaves out (sampler.py)
+    valid: np.ndarray | None = None
     meta: RolloutMeta = field(default=None)  # type: ignore[assignment]  # set in __post_init__
 
     def __post_init__(self) -> None:
@@ -52,7 +55,9 @@ class RolloutBatch:
 
     def validate(self) -> None:
         t, n = self.obs.shape[:2]
-        for name in ("actions", "logprobs", "values", "rewards", "dones"):
+        for name in ("actions", "logprobs", "values", "rewards", "dones", "valid"):
+            if getattr(self, name) is None:
+                continue
             shape = getattr(self, name).shape
             if shape != (t, n):
                 raise ValueError(f"RolloutBatch.{name} has shape {shape}, expected {(t, n)}")
@@ -76,6 +81,10 @@ class RolloutBatch:
         lstm = None
         if batches[0].lstm_state is not None:
             lstm = tuple(np.concatenate([b.lstm_state[i] for b in batches], axis=1) for i in (0, 1))
+        valid = None
+        if any(b.valid is not None for b in batches):
+            valid = np.concatenate([np.ones(b.dones.shape, bool) if b.valid is None else b.valid
+                                    for b in batches], axis=1)
         metas = [b.meta for b in batches]
         meta = RolloutMeta(
             num_steps=metas[0].num_steps, num_envs=sum(m.num_envs for m in metas),
@@ -87,7 +96,7 @@ class RolloutBatch:
             obs=cat("obs", 1), actions=cat("actions", 1), logprobs=cat("logprobs", 1),
             values=cat("values", 1), rewards=cat("rewards", 1), dones=cat("dones", 1),
             next_value=cat("next_value", 0), next_done=cat("next_done", 0), lstm_state=lstm,
-            meta=meta)
+            valid=valid, meta=meta)
 
     def env_slice(self, start: int, stop: int) -> "RolloutBatch":
         """The sub-batch of envs [start, stop): how data-parallel learners split the work.
@@ -103,5 +112,6 @@ class RolloutBatch:
             logprobs=self.logprobs[:, start:stop], values=self.values[:, start:stop],
             rewards=self.rewards[:, start:stop], dones=self.dones[:, start:stop],
             next_value=self.next_value[start:stop], next_done=self.next_done[start:stop],
-            lstm_state=lstm, meta=meta,
+            lstm_state=lstm, valid=None if self.valid is None else self.valid[:, start:stop],
+            meta=meta,
         )

@@ -20,7 +20,7 @@ from distppo.envs.factory import frame_stack, make_vector_env
 
 class Sampler:
     def __init__(self, vec_env, agent: torch.nn.Module, num_steps: int, runner_index: int = 0,
-                 seed: int = 0):
+                 seed: int = 0, exact_resets: bool = False):
         self.env = vec_env
         self.generator = torch.Generator().manual_seed(seed)  # this sampler's action stream
         self.agent = agent
@@ -30,6 +30,8 @@ class Sampler:
         self.next_obs = None  # [N, *obs_shape], reset lazily so the SPS timer covers it
         self.next_done = np.zeros(vec_env.num_envs, dtype=bool)
         self.state = PolicyState(agent, vec_env.num_envs)
+        # PPO-LSTM on a next-step auto-reset env (EnvPool): mark its reset steps (docs/semantics.md)
+        self.exact_resets = exact_resets and self.state.is_lstm
 
     def set_weights(self, state_dict: dict, version: int) -> None:
         self.agent.load_state_dict(state_dict)
@@ -49,6 +51,7 @@ class Sampler:
         values = np.zeros((t_steps, n), dtype=np.float32)
         rewards = np.zeros((t_steps, n), dtype=np.float32)
         dones = np.zeros((t_steps, n), dtype=bool)
+        valid = np.ones((t_steps, n), dtype=bool) if self.exact_resets else None
         initial_lstm_state = None
         if self.state.is_lstm:
             initial_lstm_state = tuple(s.numpy().copy() for s in self.state.lstm)
@@ -68,7 +71,15 @@ class Sampler:
             t_env += time.perf_counter() - mid
             t_infer += mid - start
             rewards[step] = result.reward
-            self.next_obs, self.next_done = result.obs, result.done
+            done = result.done
+            if valid is not None and result.autoreset is not None:
+                # EnvPool reset these envs instead of stepping them: no transition of the
+                # game (the loss leaves it out), and the observation it returned starts a new
+                # life, so the done arrives with it and the LSTM state is zeroed before it,
+                # as in gym's same-step ordering.
+                valid[step] = ~result.autoreset
+                done = done | result.autoreset
+            self.next_obs, self.next_done = result.obs, done
             for ep in result.episodes:
                 episode_returns.append(float(ep.ret))
                 episode_lengths.append(int(ep.length))
@@ -83,7 +94,8 @@ class Sampler:
         return RolloutBatch(
             obs=obs, actions=actions, logprobs=logprobs, values=values, rewards=rewards,
             dones=dones, next_value=next_value.flatten().numpy().astype(np.float32),
-            next_done=self.next_done.copy(), lstm_state=initial_lstm_state, meta=meta)
+            next_done=self.next_done.copy(), lstm_state=initial_lstm_state,
+            valid=None if valid is None or valid.all() else valid, meta=meta)
 
     def close(self) -> None:
         self.env.close()
@@ -96,4 +108,5 @@ def make_sampler(cfg: TrainConfig, runner_index: int, video_dir: str | None = No
                               frame_stack(cfg.ppo.algo), video_dir if runner_index == 0 else None,
                               cfg.env.max_episode_steps)
     agent = make_agent(cfg.ppo.algo, tuple(vec_env.obs_shape), vec_env.num_actions)
-    return Sampler(vec_env, agent, cfg.ppo.num_steps, runner_index, seed)
+    return Sampler(vec_env, agent, cfg.ppo.num_steps, runner_index, seed,
+                   exact_resets=cfg.ppo.lstm_exact_resets)

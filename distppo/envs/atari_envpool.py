@@ -35,6 +35,7 @@ class EnvPoolVecEnv:
         self.obs_dtype = np.dtype(self.env.observation_space.dtype)
         self.num_actions = int(self.env.action_space.n)
         self.video = video
+        self._last_done = np.zeros(num_envs, dtype=bool)   # EnvPool resets these on the next call
         self._game_return = np.zeros(num_envs, dtype=np.float64)
         self._game_length = np.zeros(num_envs, dtype=np.int64)
         # [N] raw (unclipped) reward of the last step (info["reward"]); for checks only.
@@ -42,6 +43,7 @@ class EnvPoolVecEnv:
 
     def reset(self) -> np.ndarray:
         obs, _ = self.env.reset()
+        self._last_done[:] = False
         self._game_return[:] = 0.0
         self._game_length[:] = 0
         if self.video:
@@ -68,7 +70,8 @@ class EnvPoolVecEnv:
             if game_over[0]:
                 self.video.end_episode()
         done = terminated | truncated
-        return StepResult(obs, reward.astype(np.float32), done, episodes)
+        autoreset, self._last_done = self._last_done, done
+        return StepResult(obs, reward.astype(np.float32), done, episodes, autoreset)
 
     def close(self) -> None:
         self.env.close()

@@ -11,7 +11,7 @@ Semantics (shared/reference/hyperparameters.md sections 4 and 5):
 """
 from __future__ import annotations
 
-from typing import NamedTuple, Protocol
+from typing import NamedTuple, Optional, Protocol
 
 import gymnasium as gym
 import numpy as np
@@ -28,6 +28,10 @@ class StepResult(NamedTuple):
     reward: np.ndarray  # [N] float32, the TRAINING reward (sign-clipped on Atari)
     done: np.ndarray    # [N] bool, training-level end (life loss on Atari, terminated|truncated)
     episodes: list[Episode]  # full games that ended in this step
+    # [N] bool, next-step auto-reset envs only (EnvPool): this call reset the env instead of
+    # stepping it (the action was ignored, reward 0); `obs` is the first of a new life or game.
+    # None: the env resets in the same step as the done (gym), so no call is a reset.
+    autoreset: Optional[np.ndarray] = None
 
 
 class VecEnv(Protocol):
