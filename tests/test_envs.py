@@ -330,3 +330,36 @@ def test_gym_backend_equals_cleanrl_chain_on_sb3_wrappers():
         games += len(result.episodes)
     ours.close(), ref.close()
     assert games >= 6 and dones >= (BREAKOUT_LIVES - 1) * games, (games, dones)
+
+
+def test_envpool_logs_games_as_ppo_atari_envpool_does():
+    """envpool_logged equals ppo_atari_envpool.py's RecordEpisodeStatistics and logging rule
+    replayed on a twin EnvPool (same seed, same actions). A short time limit makes Breakout
+    games end with lives left: those are ours but not CleanRL's, and their score runs on."""
+    import envpool
+    seed, limit, num_envs = 2, 150, 2
+    ours = _make("Breakout-v5", "envpool", num_envs=num_envs, seed=seed, frame_stack=1,
+                 max_episode_steps=limit)
+    twin = envpool.make("Breakout-v5", env_type="gymnasium", num_envs=num_envs,
+                        episodic_life=True, reward_clip=True, seed=seed, stack_num=1,
+                        max_episode_steps=limit)
+    ours.reset(), twin.reset()
+    episode_returns = np.zeros(num_envs, dtype=np.float32)   # the script's wrapper state
+    actions = np.random.default_rng(seed).integers(0, 4, size=(1_500, num_envs))
+    logged, games, cut_with_lives = [], [], 0
+    for action in actions:
+        result = ours.step(action)
+        _, _, terminated, truncated, info = twin.step(action.astype(np.int32))
+        next_done = terminated | truncated
+        episode_returns += info["reward"]
+        returned = episode_returns.copy()
+        episode_returns *= 1 - info["terminated"]
+        expected = [(idx, float(returned[idx])) for idx, d in enumerate(next_done)
+                    if d and info["lives"][idx] == 0]
+        assert result.envpool_logged == expected
+        logged += [r for _, r in expected]
+        games += [ep.ret for ep in result.episodes]
+        cut_with_lives += int((truncated & (info["lives"] > 0)).sum())
+    ours.close(), twin.close()
+    assert cut_with_lives >= 2 and len(logged) >= 2, (cut_with_lives, logged)
+    assert len(games) > len(logged)   # games cut by the limit: ours, not the script's

@@ -28,7 +28,7 @@ from distppo.telemetry.parquet import ParquetSink
 from distppo.telemetry.progress import Progress
 from distppo.telemetry.runinfo import default_run_name, read_config_json, write_config_json
 from distppo.telemetry.schema import LOSS_COLUMNS, METRICS_FILENAME
-from distppo.telemetry.stats import EpisodeTracker, PhaseTimer
+from distppo.telemetry.stats import EpisodeTracker, PhaseTimer, ReferenceReturns
 from distppo.telemetry.tensorboard import TensorBoardWriter
 from distppo.testing import faults
 
@@ -128,6 +128,7 @@ class Loop:
             print(self.info.summary(), flush=True)
         self.sink = ParquetSink(paths.parquet)
         self.tracker = EpisodeTracker()
+        self.reference = ReferenceReturns(cfg.env.num_envs)
         self.iteration, self.global_step, elapsed_before = 0, 0, 0.0
         if state is not None:
             backend.load_learner_state(state["learner"])
@@ -176,6 +177,7 @@ class Loop:
         returns = [r for m in metas for r in m.episode_returns]
         lengths = [n for m in metas for n in m.episode_lengths]
         episode_columns = self.tracker.add(returns, lengths)
+        episode_columns.update(self.reference_columns(metas))
         wall = time.time() - self.start_time
         faults.check_iteration(iteration, self.paths.run_dir)
         ckpt_path = None
@@ -200,6 +202,13 @@ class Loop:
                                      or iteration == cfg.num_iterations):
             self.bar.update(self.global_step, row["sps"], self.tracker.last100_mean())
 
+    def reference_columns(self, metas: list[RolloutMeta]) -> dict:
+        """CleanRL's EnvPool return statistics, with envs numbered over runners in order."""
+        merged = RolloutMeta.concat(sorted(metas, key=lambda m: m.runner_index))
+        logged = merged.envpool_logged
+        return self.reference.add(list(zip(merged.episode_envs, merged.episode_returns)),
+                                  None if logged is None else [r for _, _, r in logged])
+
     def recover(self) -> None:
         """A learner died: replace every learner and rewind to the last checkpoint."""
         self.recoveries += 1
@@ -213,12 +222,14 @@ class Loop:
     def checkpoint_state(self, wall: float) -> dict:
         return {"learner": self.backend.learner_state(), "iteration": self.iteration,
                 "global_step": self.global_step, "wall_clock_s": wall, "rng": rng_state(),
-                "episodes": self.tracker.state_dict()}
+                "episodes": self.tracker.state_dict(),
+                "reference_returns": self.reference.state_dict()}
 
     def restore(self, state: dict) -> float:
         """Rewind the bookkeeping to a checkpoint; rows past it are dropped, then rewritten.
         Returns the wall-clock seconds the run had spent up to the checkpoint."""
         self.tracker.load_state_dict(state["episodes"])
+        self.reference.load_state_dict(state.get("reference_returns", {}))
         self.sink.truncate_after(state["iteration"])
         self.iteration, self.global_step = state["iteration"], state["global_step"]
         return state["wall_clock_s"]

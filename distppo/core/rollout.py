@@ -18,10 +18,32 @@ class RolloutMeta:
     num_envs: int
     episode_returns: tuple = ()  # raw full-game returns finished in this rollout
     episode_lengths: tuple = ()  # agent steps of those games
+    episode_envs: tuple = ()     # the env index (within this batch) of each of those games
+    # EnvPool only: (step, env index, return) of each game ppo_atari_envpool.py would log
+    # (telemetry/stats.py ReferenceReturns); None on other backends
+    envpool_logged: tuple | None = None
     t_env_s: float = 0.0         # seconds spent stepping envs
     t_infer_s: float = 0.0       # seconds spent in policy forward passes
     weights_version: int = -1    # version of the weights that sampled this batch
     runner_index: int = 0
+
+    @staticmethod
+    def concat(metas: list["RolloutMeta"]) -> "RolloutMeta":
+        """The metas of runners' batches as one, envs numbered on in the given order."""
+        offsets = np.cumsum([0] + [m.num_envs for m in metas])
+        logged = None
+        if any(m.envpool_logged is not None for m in metas):
+            logged = tuple(sorted((s, e + off, r) for m, off in zip(metas, offsets)
+                                  for s, e, r in m.envpool_logged or ()))
+        return RolloutMeta(
+            num_steps=metas[0].num_steps, num_envs=int(offsets[-1]),
+            episode_returns=tuple(r for m in metas for r in m.episode_returns),
+            episode_lengths=tuple(n for m in metas for n in m.episode_lengths),
+            episode_envs=tuple(int(e + off) for m, off in zip(metas, offsets)
+                               for e in m.episode_envs),
+            envpool_logged=logged,
+            t_env_s=max(m.t_env_s for m in metas), t_infer_s=max(m.t_infer_s for m in metas),
+            weights_version=min(m.weights_version for m in metas))
 
 
 @dataclass
@@ -86,12 +108,7 @@ class RolloutBatch:
             valid = np.concatenate([np.ones(b.dones.shape, bool) if b.valid is None else b.valid
                                     for b in batches], axis=1)
         metas = [b.meta for b in batches]
-        meta = RolloutMeta(
-            num_steps=metas[0].num_steps, num_envs=sum(m.num_envs for m in metas),
-            episode_returns=tuple(r for m in metas for r in m.episode_returns),
-            episode_lengths=tuple(n for m in metas for n in m.episode_lengths),
-            t_env_s=max(m.t_env_s for m in metas), t_infer_s=max(m.t_infer_s for m in metas),
-            weights_version=min(m.weights_version for m in metas))
+        meta = RolloutMeta.concat(metas)
         return RolloutBatch(
             obs=cat("obs", 1), actions=cat("actions", 1), logprobs=cat("logprobs", 1),
             values=cat("values", 1), rewards=cat("rewards", 1), dones=cat("dones", 1),

@@ -55,7 +55,7 @@ class Sampler:
         initial_lstm_state = None
         if self.state.is_lstm:
             initial_lstm_state = tuple(s.numpy().copy() for s in self.state.lstm)
-        episode_returns, episode_lengths = [], []
+        games = GameLog()
 
         for step in range(t_steps):
             obs[step] = self.next_obs
@@ -71,26 +71,23 @@ class Sampler:
             t_env += time.perf_counter() - mid
             t_infer += mid - start
             rewards[step] = result.reward
-            done = result.done
+            self.next_obs, self.next_done = result.obs, result.done
             if valid is not None and result.autoreset is not None:
                 # EnvPool reset these envs instead of stepping them: no transition of the
                 # game (the loss leaves it out), and the observation it returned starts a new
                 # life, so the done arrives with it and the LSTM state is zeroed before it,
                 # as in gym's same-step ordering.
                 valid[step] = ~result.autoreset
-                done = done | result.autoreset
-            self.next_obs, self.next_done = result.obs, done
-            for ep in result.episodes:
-                episode_returns.append(float(ep.ret))
-                episode_lengths.append(int(ep.length))
+                self.next_done = result.done | result.autoreset
+            games.add(step, result)
 
         # Bootstrap value with the same weights (CleanRL computes it before the update).
         start = time.perf_counter()
         next_value = policy_value(self.agent, self.next_obs, self.next_done, self.state)
         t_infer += time.perf_counter() - start
 
-        meta = RolloutMeta(t_steps, n, tuple(episode_returns), tuple(episode_lengths), t_env,
-                           t_infer, self.weights_version, self.runner_index)
+        meta = RolloutMeta(t_steps, n, *games.fields(), t_env_s=t_env, t_infer_s=t_infer,
+                           weights_version=self.weights_version, runner_index=self.runner_index)
         return RolloutBatch(
             obs=obs, actions=actions, logprobs=logprobs, values=values, rewards=rewards,
             dones=dones, next_value=next_value.flatten().numpy().astype(np.float32),
@@ -99,6 +96,30 @@ class Sampler:
 
     def close(self) -> None:
         self.env.close()
+
+
+class GameLog:
+    """The games that ended during one rollout, for its RolloutMeta."""
+
+    def __init__(self) -> None:
+        self.returns: list[float] = []
+        self.lengths: list[int] = []
+        self.envs: list[int] = []
+        self.envpool_logged: list | None = None   # EnvPool: a list, even when no game logged
+
+    def add(self, step: int, result) -> None:
+        for ep in result.episodes:
+            self.returns.append(float(ep.ret))
+            self.lengths.append(int(ep.length))
+            self.envs.append(int(ep.env_index))
+        if result.envpool_logged is not None:
+            self.envpool_logged = self.envpool_logged or []
+            self.envpool_logged += [(step, e, r) for e, r in result.envpool_logged]
+
+    def fields(self) -> tuple:
+        """RolloutMeta's episode_returns, episode_lengths, episode_envs, envpool_logged."""
+        logged = None if self.envpool_logged is None else tuple(self.envpool_logged)
+        return tuple(self.returns), tuple(self.lengths), tuple(self.envs), logged
 
 
 def make_sampler(cfg: TrainConfig, runner_index: int, video_dir: str | None = None) -> Sampler:

@@ -38,12 +38,16 @@ class EnvPoolVecEnv:
         self._last_done = np.zeros(num_envs, dtype=bool)   # EnvPool resets these on the next call
         self._game_return = np.zeros(num_envs, dtype=np.float64)
         self._game_length = np.zeros(num_envs, dtype=np.int64)
+        # ppo_atari_envpool.py's RecordEpisodeStatistics: float32 raw return, cleared at a
+        # true game over only
+        self._cleanrl_return = np.zeros(num_envs, dtype=np.float32)
         # [N] raw (unclipped) reward of the last step (info["reward"]); for checks only.
         self.raw_reward = np.zeros(num_envs, dtype=np.float32)
 
     def reset(self) -> np.ndarray:
         obs, _ = self.env.reset()
         self._last_done[:] = False
+        self._cleanrl_return[:] = 0.0
         self._game_return[:] = 0.0
         self._game_length[:] = 0
         if self.video:
@@ -71,7 +75,22 @@ class EnvPoolVecEnv:
                 self.video.end_episode()
         done = terminated | truncated
         autoreset, self._last_done = self._last_done, done
-        return StepResult(obs, reward.astype(np.float32), done, episodes, autoreset)
+        return StepResult(obs, reward.astype(np.float32), done, episodes, autoreset,
+                          self._cleanrl_logged(info, done))
+
+    def _cleanrl_logged(self, info: dict, done: np.ndarray) -> list[tuple[int, float]]:
+        """The games ppo_atari_envpool.py logs at this step, valued as it values them.
+
+        Its return sums info["reward"] until info["terminated"] (a true game over) and is
+        logged at a done with info["lives"] == 0. So a game cut by the time limit with lives
+        left is not logged and its score runs on into the next logged game; a game without
+        a lives counter (Pong) is logged at every done, truncation included.
+        """
+        self._cleanrl_return += info["reward"]
+        logged = [(int(i), float(self._cleanrl_return[i]))
+                  for i in np.flatnonzero(done & (info["lives"] == 0))]
+        self._cleanrl_return[info["terminated"].astype(bool)] = 0.0
+        return logged
 
     def close(self) -> None:
         self.env.close()

@@ -32,6 +32,9 @@ class StepResult(NamedTuple):
     # stepping it (the action was ignored, reward 0); `obs` is the first of a new life or game.
     # None: the env resets in the same step as the done (gym), so no call is a reset.
     autoreset: Optional[np.ndarray] = None
+    # EnvPool only: (env index, return) of each game ppo_atari_envpool.py would log at this
+    # step, by its own bookkeeping (atari_envpool.py); None on other backends.
+    envpool_logged: Optional[list[tuple[int, float]]] = None
 
 
 class VecEnv(Protocol):
