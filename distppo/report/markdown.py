@@ -244,8 +244,9 @@ def summary_md(report: dict) -> str:
     n_seeds = len(report["sweep"]["seeds"])
     for sec in report["sections"]:
         out.append(f"\n## Human-normalised scores: distppo {sec['label']}\n\n"
-                   "HNS = (return - random) / (human - random), per run, scores of hns.csv "
-                   "(openrlbenchmark); mean ± population std over seeds.\n\n")
+                   "HNS = (return - random) / (human - random), per run, with the return "
+                   "of its last 100 games and the scores of hns.csv (openrlbenchmark); mean ± "
+                   "population std over seeds.\n\n")
         rows = []
         for r in sec["games"]:
             h = r["hns"]
