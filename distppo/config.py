@@ -40,12 +40,21 @@ class EnvConfig:
     """total number of parallel environments (summed over all env runners)"""
     capture_video: bool = False
     """record MP4 videos of env 0's full games to <run dir>/videos"""
+    max_episode_steps: Optional[int] = None
+    """Atari time limit per game in agent steps (4 frames each); a game cut by it is a done.
+    Default: the reference script's, envpool 108,000 (EnvPool 0.6.6, ppo_atari_envpool's
+    benchmark), gym 27,000 = the v4 ids' 108,000 frames (docs/semantics.md)"""
 
     def validate(self) -> None:
         if self.backend not in BACKENDS:
             raise ConfigError(f"unknown backend {self.backend!r}: use one of {', '.join(BACKENDS)}")
         _positive(self, "num_envs")
-        resolve_env_id(self.env_id, self.backend)  # unknown or backend-incompatible ids
+        resolved = resolve_env_id(self.env_id, self.backend)  # unknown or incompatible ids
+        if self.max_episode_steps is not None:
+            _positive(self, "max_episode_steps")
+            if resolved.kind != "atari":
+                raise ConfigError(f"--max-episode-steps applies to Atari games only; "
+                                  f"{self.env_id} keeps its own limit: drop the flag")
 
 
 @dataclass(frozen=True)
@@ -82,6 +91,10 @@ class PPOConfig:
     """global L2 norm to which gradients are clipped"""
     target_kl: Optional[float] = None
     """stop the epochs of an iteration early when approx_kl exceeds this (off by default)"""
+    lstm_exact_resets: bool = True
+    """ppo_lstm on envpool (next-step auto-reset): zero the LSTM state before the first
+    observation of a new life and leave EnvPool's reset step out of the loss, as in the gym
+    ordering; off = CleanRL's LSTM loop on EnvPool's ordering, unchanged (docs/semantics.md)"""
 
     def validate(self) -> None:
         if self.algo not in ALGOS:

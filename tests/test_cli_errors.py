@@ -25,6 +25,9 @@ TINY = ["--num-envs", "2", "--num-steps", "16", "--num-minibatches", "2", "--tot
     (["--env-id", "Breakout-v5", "--gamma", "1.5"], ["--gamma", "[0, 1]"]),
     (["--env-id", "Breakout-v5", "--num-envs", "abc"], ["invalid int value"]),
     (["--env-id", "CartPole-v1", "--backend", "envpool"], ["--backend gym"]),
+    (["--env-id", "CartPole-v1", "--backend", "gym", "--max-episode-steps", "100"],
+     ["--max-episode-steps", "Atari games only"]),
+    (["--env-id", "Breakout-v5", "--max-episode-steps", "0"], ["--max-episode-steps must be > 0"]),
 ])
 def test_bad_train_arguments(tmp_path, args, needles):
     proc = run_cli("train", "--local", "--output-dir", tmp_path, *args, timeout=120)
@@ -80,6 +83,6 @@ def test_help_lists_every_hyperparameter():
                  "--gae-lambda", "--num-minibatches", "--update-epochs", "--norm-adv",
                  "--clip-coef", "--clip-vloss", "--ent-coef", "--vf-coef", "--max-grad-norm",
                  "--target-kl", "--total-timesteps", "--seed", "--env-id", "--algo", "--backend",
-                 "--local", "--resume", "--capture-video"):
+                 "--local", "--resume", "--capture-video", "--max-episode-steps"):
         assert flag in proc.stdout, flag
     assert "(default: 0.00025)" in proc.stdout and "discount factor" in proc.stdout

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from distppo.core.seeds import env_seed, seed_everything
-from distppo.envs.atari_gym import ClipReward, FireReset, make_atari_gym_env
+from distppo.envs.atari_gym import make_atari_gym_env
 from distppo.envs.factory import make_vector_env
 from distppo.envs.games import ATARI_57, resolve_env_id, to_gym, to_v5
 from distppo.errors import ConfigError
@@ -154,6 +154,7 @@ def _spy_actions(stats):
 
 
 def test_gym_chain_noops_fire_and_skip():
+    from stable_baselines3.common.atari_wrappers import FireResetEnv as FireReset
     env, stats = make_atari_gym_env("BreakoutNoFrameskip-v4", frame_stack=4)
     assert any(isinstance(w, FireReset) for w in _wrappers(env))
     frames = _spy_actions(stats)
@@ -205,6 +206,7 @@ def test_gym_vector_resets_in_the_same_step():
 
 
 def test_gym_clip_reward_is_sign():
+    from stable_baselines3.common.atari_wrappers import ClipRewardEnv as ClipReward
     env, _ = make_atari_gym_env("BreakoutNoFrameskip-v4", frame_stack=1)
     clip = next(w for w in _wrappers(env) if isinstance(w, ClipReward))
     assert [clip.reward(r) for r in (-3.5, 0.0, 0.25, 7.0)] == [-1.0, 0.0, 1.0, 1.0]
@@ -243,3 +245,127 @@ def test_video_of_env0_games(backend, tmp_path):
     assert game_length <= len(frames) <= game_length + BREAKOUT_LIVES
     assert frames[0].shape == (210, 160, 3)
     assert np.std(np.stack(frames).astype(np.float32)) > 10, "video frames look blank"
+
+
+def test_time_limit_in_agent_steps_on_both_backends():
+    """--max-episode-steps counts agent steps: EnvPool cuts the game at exactly N steps, the
+    gym chain at 4N emulator frames, the reset no-ops and FIRE steps included (so a little
+    earlier). Pong with NOOPs outlives 100 steps, so only the limit ends its games."""
+    from distppo.envs.factory import DEFAULT_MAX_EPISODE_STEPS, episode_limit
+    assert episode_limit("Breakout-v5", "envpool") == 108_000   # EnvPool 0.6.6, CleanRL's
+    assert episode_limit("Breakout-v5", "gym") == 27_000        # 108,000 frames
+    assert episode_limit("CartPole-v1", "gym") is None
+    assert episode_limit("Pong-v5", "envpool", 500) == 500
+    venv = _make("Pong-v5", "envpool", num_envs=1, frame_stack=1)
+    assert venv.env.spec.config.max_episode_steps == DEFAULT_MAX_EPISODE_STEPS["envpool"]
+    venv.close()
+    for backend in BACKENDS:
+        venv = _make("Pong-v5", backend, num_envs=2, frame_stack=1, max_episode_steps=100)
+        venv.reset()
+        lengths = []
+        for _ in range(250):
+            result = venv.step(np.zeros(2, dtype=np.int64))
+            for ep in result.episodes:
+                assert result.done[ep.env_index]
+                lengths.append(ep.length)
+        venv.close()
+        assert len(lengths) >= 4, (backend, lengths)
+        if backend == "envpool":   # later games count EnvPool's reset step too
+            assert lengths[:2] == [100, 100] and set(lengths[2:]) == {101}, lengths
+        else:                      # <= 30 no-op frames + 2 FIRE-reset steps come off the limit
+            assert all(100 - 10 <= n <= 100 for n in lengths), lengths
+
+
+def _cleanrl_gym_envs(gym_id: str, num_envs: int, frame_stack: int):
+    """ppo_atari.py's make_env as CleanRL wrote it (gymnasium 0.29.1, SB3's wrappers), here
+    on gymnasium 1.x: RecordEpisodeStatistics, SB3's chain, resize, grey with cv2 (0.29's
+    GrayScaleObservation), frame stack, in a same-step SyncVectorEnv."""
+    import ale_py
+    import gymnasium as gym
+    from stable_baselines3.common.atari_wrappers import (
+        ClipRewardEnv,
+        EpisodicLifeEnv,
+        FireResetEnv,
+        MaxAndSkipEnv,
+        NoopResetEnv,
+    )
+    gym.register_envs(ale_py)
+
+    def thunk():
+        env = gym.make(gym_id, frameskip=1, repeat_action_probability=0.0,
+                       full_action_space=False, max_num_frames_per_episode=108_000)
+        env = gym.wrappers.RecordEpisodeStatistics(env)
+        env = NoopResetEnv(env, noop_max=30)
+        env = MaxAndSkipEnv(env, skip=4)
+        env = EpisodicLifeEnv(env)
+        if "FIRE" in env.unwrapped.get_action_meanings():
+            env = FireResetEnv(env)
+        env = ClipRewardEnv(env)
+        env = gym.wrappers.ResizeObservation(env, (84, 84))
+        env = gym.wrappers.TransformObservation(
+            env, lambda o: cv2.cvtColor(o, cv2.COLOR_RGB2GRAY),
+            gym.spaces.Box(0, 255, (84, 84), np.uint8))
+        return gym.wrappers.FrameStackObservation(env, frame_stack)
+
+    return gym.vector.SyncVectorEnv([thunk] * num_envs,
+                                    autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
+
+
+def test_gym_backend_equals_cleanrl_chain_on_sb3_wrappers():
+    """Same seeds, same random actions for 2 x 1,000 agent steps of Breakout through our gym
+    backend and through CleanRL's make_env: equal observations, training rewards, dones and
+    reported game returns, across many life losses and several game overs."""
+    num_envs, steps, seed = 2, 1_000, 7
+    ours = _make("BreakoutNoFrameskip-v4", "gym", num_envs=num_envs, seed=seed)
+    ref = _cleanrl_gym_envs("BreakoutNoFrameskip-v4", num_envs, frame_stack=4)
+    ref_obs, _ = ref.reset(seed=seed)
+    np.testing.assert_array_equal(ours.reset(), ref_obs)
+    actions = np.random.default_rng(seed).integers(0, 4, size=(steps, num_envs))
+    dones = games = 0
+    for t, action in enumerate(actions):
+        result = ours.step(action)
+        ref_obs, ref_reward, terminated, truncated, info = ref.step(action)
+        np.testing.assert_array_equal(result.obs, ref_obs, err_msg=f"step {t}")
+        np.testing.assert_array_equal(result.reward, ref_reward.astype(np.float32))
+        np.testing.assert_array_equal(result.done, terminated | truncated)
+        final = info.get("final_info", {})
+        ref_games = sorted((i, float(final["episode"]["r"][i]))
+                           for i in np.flatnonzero(final.get("_episode", [])))
+        assert sorted((ep.env_index, ep.ret) for ep in result.episodes) == ref_games, t
+        dones += int(result.done.sum())
+        games += len(result.episodes)
+    ours.close(), ref.close()
+    assert games >= 6 and dones >= (BREAKOUT_LIVES - 1) * games, (games, dones)
+
+
+def test_envpool_logs_games_as_ppo_atari_envpool_does():
+    """envpool_logged equals ppo_atari_envpool.py's RecordEpisodeStatistics and logging rule
+    replayed on a twin EnvPool (same seed, same actions). A short time limit makes Breakout
+    games end with lives left: those are ours but not CleanRL's, and their score runs on."""
+    import envpool
+    seed, limit, num_envs = 2, 150, 2
+    ours = _make("Breakout-v5", "envpool", num_envs=num_envs, seed=seed, frame_stack=1,
+                 max_episode_steps=limit)
+    twin = envpool.make("Breakout-v5", env_type="gymnasium", num_envs=num_envs,
+                        episodic_life=True, reward_clip=True, seed=seed, stack_num=1,
+                        max_episode_steps=limit)
+    ours.reset(), twin.reset()
+    episode_returns = np.zeros(num_envs, dtype=np.float32)   # the script's wrapper state
+    actions = np.random.default_rng(seed).integers(0, 4, size=(1_500, num_envs))
+    logged, games, cut_with_lives = [], [], 0
+    for action in actions:
+        result = ours.step(action)
+        _, _, terminated, truncated, info = twin.step(action.astype(np.int32))
+        next_done = terminated | truncated
+        episode_returns += info["reward"]
+        returned = episode_returns.copy()
+        episode_returns *= 1 - info["terminated"]
+        expected = [(idx, float(returned[idx])) for idx, d in enumerate(next_done)
+                    if d and info["lives"][idx] == 0]
+        assert result.envpool_logged == expected
+        logged += [r for _, r in expected]
+        games += [ep.ret for ep in result.episodes]
+        cut_with_lives += int((truncated & (info["lives"] > 0)).sum())
+    ours.close(), twin.close()
+    assert cut_with_lives >= 2 and len(logged) >= 2, (cut_with_lives, logged)
+    assert len(games) > len(logged)   # games cut by the limit: ours, not the script's

@@ -16,7 +16,9 @@ RUNS = {
                           "--algo", "ppo"],
     "local_lstm_gym": ["--local", "--env-id", "BreakoutNoFrameskip-v4", "--backend", "gym",
                        "--algo", "ppo_lstm"],
-    "ray_lstm_envpool": ["--env-id", "Breakout-v5", "--backend", "envpool", "--algo", "ppo_lstm"],
+    # Made before PPO-LSTM's exact EnvPool resets (issue 11); the flag replays CleanRL's loop.
+    "ray_lstm_envpool": ["--env-id", "Breakout-v5", "--backend", "envpool", "--algo", "ppo_lstm",
+                         "--no-lstm-exact-resets"],
     "ray_ppo_cartpole": ["--env-id", "CartPole-v1", "--backend", "gym", "--algo", "ppo",
                          "--num-env-runners", "2"],
 }

@@ -24,14 +24,15 @@ from distppo.telemetry.schema import (
     schema_markdown,
     validate_row,
 )
-from distppo.telemetry.stats import EpisodeTracker, PhaseTimer
+from distppo.telemetry.stats import EpisodeTracker, PhaseTimer, ReferenceReturns
 from distppo.telemetry.tensorboard import TensorBoardWriter
 
 ROOT = Path(__file__).resolve().parents[1]
 
 EXPECTED_COLUMNS = (
     "run_id env_id algo backend seed iteration global_step wall_clock_s sps "
-    "episodic_return_mean episodic_length_mean episodes episodic_return_last100 learning_rate "
+    "episodic_return_mean episodic_length_mean episodes episodic_return_last100 "
+    "envpool_avg_return_last100 xla_avg_return_last100 learning_rate "
     "policy_loss value_loss entropy old_approx_kl approx_kl clipfrac explained_variance "
     "t_env_s t_infer_s t_learn_s t_transfer_s t_wait_s t_checkpoint_s t_iteration_s "
     "num_env_runners num_learners policy_lag runner_restarts runner_env_s_mean runner_env_s_max "
@@ -301,6 +302,33 @@ def test_episode_tracker_last100_and_iteration_columns():
     assert resumed.last100_mean() == tracker.last100_mean()
     with pytest.raises(ValueError):
         tracker.add([1.0], [])
+
+
+def test_reference_returns_hand_computed():
+    """CleanRL's EnvPool statistics on a hand-made history of 2 envs."""
+    ref = ReferenceReturns(num_envs=2)
+    # iteration 1: no game yet. ppo_atari_envpool: nothing logged; xla: both envs at 0
+    cols = ref.add([], envpool_logged=[])
+    assert math.isnan(cols["envpool_avg_return_last100"]) and cols["xla_avg_return_last100"] == 0
+    # iteration 2: env 1 finishes 10 then 30 (the later is its latest); the script logged both:
+    # its 20-game means are 10, then 20
+    cols = ref.add([(1, 10.0), (1, 30.0)], envpool_logged=[10.0, 30.0])
+    assert cols["xla_avg_return_last100"] == (0 + (0 + 30) / 2) / 2          # 7.5
+    assert cols["envpool_avg_return_last100"] == (10 + 20) / 2               # 15
+    # 130 more iterations, each with one game of 100 on env 0, logged: both windows fill
+    for _ in range(130):
+        cols = ref.add([(0, 100.0)], envpool_logged=[100.0])
+    logged = [10.0, 30.0] + [100.0] * 130
+    avg20 = [sum(logged[max(0, i - 19):i + 1]) / len(logged[max(0, i - 19):i + 1])
+             for i in range(len(logged))]
+    assert cols["envpool_avg_return_last100"] == pytest.approx(sum(avg20[-100:]) / 100)
+    xla = [0.0, 7.5] + [(100 + 30) / 2] * 130
+    assert cols["xla_avg_return_last100"] == pytest.approx(sum(xla[-100:]) / 100) == 65.0
+    # a backend without the script's bookkeeping: no envpool statistic
+    assert math.isnan(ReferenceReturns(2).add([(0, 5.0)], None)["envpool_avg_return_last100"])
+    resumed = ReferenceReturns(2)
+    resumed.load_state_dict(ref.state_dict())
+    assert resumed.add([(1, 7.0)], [7.0]) == ref.add([(1, 7.0)], [7.0])
 
 
 # --- Progress -------------------------------------------------------------------------------

@@ -68,6 +68,11 @@ def md_tables(path) -> dict[str, list[dict]]:
     return tables
 
 
+def ref_column(row: dict, name: str) -> str:
+    """The header of reference `name` in a table row: the name, then at most a note mark."""
+    return next(h for h in row if re.fullmatch(re.escape(name) + r"( \(note \d\))?", h))
+
+
 def by_env(rows: list[dict]) -> dict[str, dict]:
     return {r["env_id"]: r for r in rows}
 
@@ -124,9 +129,11 @@ def test_fixture_is_a_sweep_with_gaps(sweep_files):
     # trials.final_episodic_return is the last row's last-100 mean (CleanRL's metric).
     last = iters.sort_values("iteration").groupby("trial_id").tail(1).set_index("trial_id")
     done = trials[trials["status"] == "done"].set_index("trial_id")
-    pd.testing.assert_series_equal(done["final_episodic_return"],
-                                   last.loc[done.index, "episodic_return_last100"],
-                                   check_names=False)
+    for trial_col, iter_col in (("final_episodic_return", "episodic_return_last100"),
+                                ("final_envpool_return", "envpool_avg_return_last100"),
+                                ("final_xla_return", "xla_avg_return_last100")):
+        pd.testing.assert_series_equal(done[trial_col], last.loc[done.index, iter_col],
+                                       check_names=False)
 
 
 def test_runtimes_md_numbers(report_dir, sweep_files):
@@ -153,11 +160,12 @@ def test_runtimes_md_numbers(report_dir, sweep_files):
             assert row["CleanRL def."] == pm(tails)
             for name in DEFAULT_REFS[algo]:
                 ref = ref_row("runtimes.csv", name, env_id, RUNTIME_DOC[name])
+                col = ref_column(row, name)   # the name, and "(note k)" unless the same run
                 if ref is None:  # the 3-game CleanRL tables lack most games
-                    assert row[name] == row[f"speed-up vs {name}"] == "—"
+                    assert row[col] == row[f"speed-up vs {name}"] == "—"
                     continue
                 minutes = ref["minutes"]
-                assert row[name] == f"{minutes:,.3f}"
+                assert row[col] == f"{minutes:,.3f}"
                 assert row[f"speed-up vs {name}"] == f"{minutes / scaled.mean():,.2f}"
                 ratios[name].append(minutes / scaled.mean())
         for stat, fn in (("mean", np.mean), ("median", np.median)):
@@ -168,24 +176,92 @@ def test_runtimes_md_numbers(report_dir, sweep_files):
                 assert summary[f"speed-up vs {name}"] == f"{fn(values):,.2f} ({games})"
 
 
+# The statistic of each reference's return column (reference README, "Return metric") and the
+# heading words the report gives it; our column computed the same way.
+STATISTIC = {"ppo_atari_lstm": "last 100 games", "baselines_ppo2_cnn": "last 100 games",
+             "ppo_atari_envpool": "ppo_atari_envpool's avg_episodic_return",
+             "ppo_atari_envpool_xla_jax": "ppo_atari_envpool_xla_jax's avg_episodic_return"}
+OUR_COLUMN = {"last 100 games": "final_episodic_return",
+              "ppo_atari_envpool's avg_episodic_return": "final_envpool_return",
+              "ppo_atari_envpool_xla_jax's avg_episodic_return": "final_xla_return"}
+
+
+def check_returns_md(path, trials, sweep_has_columns):
+    """Every statistic table of every section: ours against pandas, references against the
+    CSV, and the statistic named in the headers."""
+    tables = md_tables(path)
+    for algo, label in SECTIONS.items():
+        done = trials[(trials["algo"] == algo) & (trials["status"] == "done")]
+        for stat in dict.fromkeys(["last 100 games"] + [STATISTIC[n] for n in DEFAULT_REFS[algo]]):
+            rows = by_env(tables[f"{label}: {stat}"])
+            ours = f"{label} [{stat}]"
+            assert set(rows) == set(trials["env_id"])
+            for env_id, cell in done.groupby("env_id"):
+                recorded = stat == "last 100 games" or sweep_has_columns
+                returns = cell[OUR_COLUMN[stat]] if recorded else None
+                assert rows[env_id][ours] == (pm(returns) if recorded else "not recorded")
+                assert rows[env_id]["seeds"] == (f"{returns.notna().sum()}/2" if recorded
+                                                 else "—")
+                for name in (n for n in DEFAULT_REFS[algo] if STATISTIC[n] == stat):
+                    ref = ref_row("returns.csv", name, env_id, RETURN_DOC[name])
+                    assert ref is None or ref["statistic"] in (
+                        "last100_games", "envpool_avg20", "xla_latest_per_env")
+                    header = next(h for h in rows[env_id] if h.startswith(f"{name} [{stat}]"))
+                    assert rows[env_id][header] == (
+                        "—" if ref is None else f"{ref['mean']:.2f} ± {ref['std']:.2f}")
+    return tables
+
+
 def test_returns_md_numbers(report_dir, sweep_files):
     trials, _ = sweep_files
-    tables = md_tables(report_dir / "returns.md")
-    for algo, label in SECTIONS.items():
-        rows = by_env(tables[label])
-        done = trials[(trials["algo"] == algo) & (trials["status"] == "done")]
-        assert set(rows) == set(trials["env_id"])
-        for env_id, cell in done.groupby("env_id"):
-            returns = cell["final_episodic_return"]
-            assert rows[env_id][label] == pm(returns)
-            assert rows[env_id]["seeds"] == f"{returns.notna().sum()}/2"
-            for name in DEFAULT_REFS[algo]:
-                ref = ref_row("returns.csv", name, env_id, RETURN_DOC[name])
-                assert rows[env_id][name] == (
-                    "—" if ref is None else f"{ref['mean']:.2f} ± {ref['std']:.2f}")
-    assert by_env(tables[SECTIONS["ppo"]])["Pong-v5"][SECTIONS["ppo"]] == "missing"
+    tables = check_returns_md(report_dir / "returns.md", trials, sweep_has_columns=True)
+    ppo = SECTIONS["ppo"]
+    assert by_env(tables[f"{ppo}: last 100 games"])["Pong-v5"][f"{ppo} [last 100 games]"] == (
+        "missing")
     text = (report_dir / "returns.md").read_text()
     assert "Pong-v5 seed 1: finished without a completed game" in text
+    assert "not recorded" not in text
+
+
+def test_returns_md_pairings(report_dir, report_json):
+    """Each section says which references are the same experiment and why the others are not;
+    PPO-LSTM on EnvPool has no CleanRL counterpart."""
+    text = (report_dir / "returns.md").read_text()
+    lstm = text[text.index(f"## {SECTIONS['ppo_lstm']}"):]
+    assert lstm.startswith(f"## {SECTIONS['ppo_lstm']}\n\n**No CleanRL counterpart**")
+    assert "`ppo_atari_lstm`: no CleanRL counterpart" in lstm
+    sections = {s["algo"]: s for s in report_json["sections"]}
+    assert sections["ppo_lstm"]["no_counterpart"] and not sections["ppo"]["no_counterpart"]
+    # the tiny sweep ran 4 envs x 64 steps: not even ppo_atari_envpool is the same experiment
+    assert sections["ppo"]["pairings"]["ppo_atari_envpool"] == (
+        "not the same experiment: settings --num-envs 4, --num-steps 64, --num-minibatches 2, "
+        "--update-epochs 1")
+    assert "JAX" in sections["ppo"]["pairings"]["ppo_atari_envpool_xla_jax"]
+    for name, note in sections["ppo"]["pairings"].items():
+        header = next(h for h in md_tables(report_dir / "returns.md")[
+            f"{SECTIONS['ppo']}: {STATISTIC[name]}"][0] if h.startswith(name))
+        k = re.search(r"\(note (\d)\)", header).group(1)
+        assert f"- note {k}, `{name}`: {note}" in text
+
+
+def test_returns_md_of_a_sweep_before_the_statistic_columns(tmp_path, sweep_files):
+    """A sweep written before final_envpool_return / final_xla_return existed: their tables
+    say "not recorded" and why; a null in a column counts as no value, like NaN."""
+    trials, iters = sweep_files
+    sweep = tmp_path / "sweep"
+    shutil.copytree(SWEEP, sweep)
+    old = trials.drop(columns=["final_envpool_return", "final_xla_return"])
+    old = old.astype({"final_episodic_return": "Float64"})   # NaN written as null
+    old.loc[old["final_episodic_return"].isna(), "final_episodic_return"] = pd.NA
+    old.to_parquet(sweep / "trials.parquet", index=False)
+    iters.drop(columns=["envpool_avg_return_last100", "xla_avg_return_last100"]).to_parquet(
+        sweep / "iterations.parquet", index=False)
+    proc = run_cli("report", sweep, "--out", tmp_path / "out", "--bootstrap-reps", "200",
+                   "--no-plots")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    check_returns_md(tmp_path / "out" / "returns.md", trials, sweep_has_columns=False)
+    text = (tmp_path / "out" / "returns.md").read_text()
+    assert "predate the `final_envpool_return` column" in text
 
 
 def _slow_iqm(values):
@@ -318,10 +394,12 @@ def test_report_of_gym_ids_joins_the_same_references(tmp_path, report_dir):
     assert proc.returncode == 0, proc.stderr[-2000:]
     for md in ("runtimes.md", "returns.md"):
         ours, theirs = md_tables(report_dir / md), md_tables(tmp_path / "out" / md)
-        for label in SECTIONS.values():
-            for v5, row in by_env(ours[label]).items():
+        headings = [h for h in ours if h.startswith(tuple(SECTIONS.values()))]
+        assert len(headings) >= 2
+        for heading in headings:   # runtimes: a section; returns: a section's statistic
+            for v5, row in by_env(ours[heading]).items():
                 if v5 in gym:
-                    assert by_env(theirs[label])[gym[v5]] == {**row, "env_id": gym[v5]}
+                    assert by_env(theirs[heading])[gym[v5]] == {**row, "env_id": gym[v5]}
 
 
 # --- aggregates against hand-computed values --------------------------------------------------

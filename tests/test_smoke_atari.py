@@ -41,6 +41,10 @@ def test_two_iterations(request, tmp_path, mode, backend, env_id, algo):
 
     record = json.loads((run_dir / "config.json").read_text())
     assert record["config"]["ppo"]["algo"] == algo
+    limit = {"envpool": 108_000, "gym": 27_000}[backend]   # each reference script's time limit
+    assert record["config"]["env"]["max_episode_steps"] is None
+    assert record["episode_limit"]["agent_steps"] == limit
+    assert record["episode_limit"]["frames"] == 4 * limit
     for lib in ("python", "torch", "ray", "ale-py", "envpool"):
         assert record["versions"][lib]
     assert list(run_dir.glob("events.out.tfevents.*"))

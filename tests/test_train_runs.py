@@ -105,3 +105,37 @@ def test_capture_video_during_training(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     videos = list((tmp_path / "v" / "videos").glob("*.mp4"))
     assert videos and os.path.getsize(videos[0]) > 1000
+
+
+@pytest.mark.slow
+def test_results_folder_of_a_run(tmp_path):
+    """launch/results_of_run.py (the Breakout 2M results folder, docs/results/breakout-2m) on
+    a real EnvPool run: files, the returns at the requested steps, a real PNG."""
+    import json
+
+    import numpy as np
+    from matplotlib import image
+    proc = run_cli("train", "--local", "--env-id", "Breakout-v5", "--backend", "envpool",
+                   "--num-envs", "4", "--num-steps", "64", "--num-minibatches", "2",
+                   "--update-epochs", "1", "--total-timesteps", "2048", "--output-dir", tmp_path,
+                   "--run-name", "r", timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = tmp_path / "results"
+    script = subprocess.run([sys.executable, os.path.join(REPO, "launch", "results_of_run.py"),
+                             tmp_path / "r", out, "--at", "1000", "2048"],
+                            capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert script.returncode == 0, script.stderr[-2000:]
+    assert sorted(p.name for p in out.iterdir()) == [
+        "config.json", "learning_curve.png", "metrics.parquet", "results.json"]
+    metrics = pd.read_parquet(tmp_path / "r" / "metrics.parquet")
+    results = json.loads((out / "results.json").read_text())
+    first, last = results["returns"]
+    assert (first["global_step"], first["iteration"]) == (768, 3)   # the last row <= 1,000
+    assert (last["global_step"], last["iteration"]) == (2048, 8)
+    row = metrics.set_index("iteration").loc[8]
+    assert last["episodic_return_last100"] == pytest.approx(row["episodic_return_last100"])
+    assert last["envpool_avg_return_last100"] == pytest.approx(row["envpool_avg_return_last100"])
+    assert "at 2,048 steps (iteration 8, 2,048 steps): last 100 games" in script.stdout
+    pixels = image.imread(out / "learning_curve.png")[..., :3]
+    assert pixels.shape[:2] == (400, 700) and pixels.std() > 0.05
+    assert len(np.unique((pixels * 255).astype(np.uint8).reshape(-1, 3), axis=0)) > 50

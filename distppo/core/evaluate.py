@@ -26,7 +26,7 @@ def evaluate(run_dir: str, episodes: int = 10, greedy: bool = False, video: bool
     video_dir = os.path.join(run_dir, "videos", "eval") if video else None
     env = make_vector_env(cfg.env.env_id, cfg.env.backend, 1,
                           cfg.seed + 10_000 if seed is None else seed,
-                          frame_stack(cfg.ppo.algo), video_dir)
+                          frame_stack(cfg.ppo.algo), video_dir, cfg.env.max_episode_steps)
     agent = make_agent(cfg.ppo.algo, tuple(env.obs_shape), env.num_actions)
     agent.load_state_dict(state["learner"]["model"])
     generator = torch.Generator().manual_seed(cfg.seed)
@@ -38,6 +38,8 @@ def evaluate(run_dir: str, episodes: int = 10, greedy: bool = False, video: bool
             action, _, _ = policy_step(agent, obs, done, policy, generator, greedy)
             result = env.step(action.numpy())
             obs, done = result.obs, result.done
+            if cfg.ppo.lstm_exact_resets and result.autoreset is not None:
+                done = done | result.autoreset   # a new life starts here (sampler.py)
             returns += [ep.ret for ep in result.episodes]
             if len(returns) >= episodes:
                 break

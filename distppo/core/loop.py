@@ -30,7 +30,7 @@ from distppo.telemetry.parquet import ParquetSink
 from distppo.telemetry.progress import Progress
 from distppo.telemetry.runinfo import record_resume, write_config_json
 from distppo.telemetry.schema import LOSS_COLUMNS
-from distppo.telemetry.stats import EpisodeTracker, PhaseTimer
+from distppo.telemetry.stats import EpisodeTracker, PhaseTimer, ReferenceReturns
 from distppo.telemetry.tensorboard import TensorBoardWriter
 from distppo.testing import faults
 
@@ -113,6 +113,7 @@ class Loop:
             print(self.info.summary(), flush=True)
         self.sink = ParquetSink(paths.parquet)
         self.tracker = EpisodeTracker()
+        self.reference = ReferenceReturns(cfg.env.num_envs)
         self.iteration, self.global_step, elapsed_before = 0, 0, 0.0
         self.restarts_before = self._restarts_so_far(state)
         self.rows_written = 0
@@ -190,6 +191,7 @@ class Loop:
         returns = [r for m in metas for r in m.episode_returns]
         lengths = [n for m in metas for n in m.episode_lengths]
         episode_columns = self.tracker.add(returns, lengths)
+        episode_columns.update(self.reference_columns(metas))
         wall = time.time() - self.start_time
         faults.check_iteration(iteration, self.paths.run_dir)
         self.timer.add("env", max(m.t_env_s for m in metas))
@@ -220,6 +222,13 @@ class Loop:
                                      or iteration == cfg.num_iterations):
             self.bar.update(self.global_step, row["sps"], self.tracker.last100_mean())
 
+    def reference_columns(self, metas: list[RolloutMeta]) -> dict:
+        """CleanRL's EnvPool return statistics, with envs numbered over runners in order."""
+        merged = RolloutMeta.concat(sorted(metas, key=lambda m: m.runner_index))
+        logged = merged.envpool_logged
+        return self.reference.add(list(zip(merged.episode_envs, merged.episode_returns)),
+                                  None if logged is None else [r for _, _, r in logged])
+
     def recover(self) -> None:
         """A learner died: replace every learner and rewind to the last checkpoint."""
         self.recoveries += 1
@@ -240,12 +249,14 @@ class Loop:
         return {"learner": self.backend.learner_state(), "iteration": self.iteration,
                 "global_step": self.global_step, "wall_clock_s": wall, "rng": rng_state(),
                 "episodes": self.tracker.state_dict(),
-                "runner_restarts": self.restarts_before + self.backend.runner_restarts}
+                "runner_restarts": self.restarts_before + self.backend.runner_restarts,
+                "reference_returns": self.reference.state_dict()}
 
     def restore(self, state: dict) -> float:
         """Rewind the bookkeeping to a checkpoint; rows past it are dropped, then rewritten.
         Returns the wall-clock seconds the run had spent up to the checkpoint."""
         self.tracker.load_state_dict(state["episodes"])
+        self.reference.load_state_dict(state.get("reference_returns", {}))
         self.sink.truncate_after(state["iteration"])
         self.iteration, self.global_step = state["iteration"], state["global_step"]
         return state["wall_clock_s"]

@@ -18,10 +18,32 @@ class RolloutMeta:
     num_envs: int
     episode_returns: tuple = ()  # raw full-game returns finished in this rollout
     episode_lengths: tuple = ()  # agent steps of those games
+    episode_envs: tuple = ()     # the env index (within this batch) of each of those games
+    # EnvPool only: (step, env index, return) of each game ppo_atari_envpool.py would log
+    # (telemetry/stats.py ReferenceReturns); None on other backends
+    envpool_logged: tuple | None = None
     t_env_s: float = 0.0         # seconds spent stepping envs
     t_infer_s: float = 0.0       # seconds spent in policy forward passes
     weights_version: int = -1    # version of the weights that sampled this batch
     runner_index: int = 0
+
+    @staticmethod
+    def concat(metas: list["RolloutMeta"]) -> "RolloutMeta":
+        """The metas of runners' batches as one, envs numbered on in the given order."""
+        offsets = np.cumsum([0] + [m.num_envs for m in metas])
+        logged = None
+        if any(m.envpool_logged is not None for m in metas):
+            logged = tuple(sorted((s, e + off, r) for m, off in zip(metas, offsets)
+                                  for s, e, r in m.envpool_logged or ()))
+        return RolloutMeta(
+            num_steps=metas[0].num_steps, num_envs=int(offsets[-1]),
+            episode_returns=tuple(r for m in metas for r in m.episode_returns),
+            episode_lengths=tuple(n for m in metas for n in m.episode_lengths),
+            episode_envs=tuple(int(e + off) for m, off in zip(metas, offsets)
+                               for e in m.episode_envs),
+            envpool_logged=logged,
+            t_env_s=max(m.t_env_s for m in metas), t_infer_s=max(m.t_infer_s for m in metas),
+            weights_version=min(m.weights_version for m in metas))
 
 
 @dataclass
@@ -35,6 +57,9 @@ class RolloutBatch:
     next_value: np.ndarray   # [N] float32, bootstrap value of the observation after step T-1
     next_done: np.ndarray    # [N] bool
     lstm_state: tuple | None = None  # (h, c), each [1, N, H] float32: state at rollout start
+    # [T, N] bool or None (= all): False at EnvPool's reset steps under PPO-LSTM's exact resets,
+    # which the LSTM runs over but the loss leaves out (sampler.py)
+    valid: np.ndarray | None = None
     meta: RolloutMeta = field(default=None)  # type: ignore[assignment]  # set in __post_init__
 
     def __post_init__(self) -> None:
@@ -52,7 +77,9 @@ class RolloutBatch:
 
     def validate(self) -> None:
         t, n = self.obs.shape[:2]
-        for name in ("actions", "logprobs", "values", "rewards", "dones"):
+        for name in ("actions", "logprobs", "values", "rewards", "dones", "valid"):
+            if getattr(self, name) is None:
+                continue
             shape = getattr(self, name).shape
             if shape != (t, n):
                 raise ValueError(f"RolloutBatch.{name} has shape {shape}, expected {(t, n)}")
@@ -76,18 +103,17 @@ class RolloutBatch:
         lstm = None
         if batches[0].lstm_state is not None:
             lstm = tuple(np.concatenate([b.lstm_state[i] for b in batches], axis=1) for i in (0, 1))
+        valid = None
+        if any(b.valid is not None for b in batches):
+            valid = np.concatenate([np.ones(b.dones.shape, bool) if b.valid is None else b.valid
+                                    for b in batches], axis=1)
         metas = [b.meta for b in batches]
-        meta = RolloutMeta(
-            num_steps=metas[0].num_steps, num_envs=sum(m.num_envs for m in metas),
-            episode_returns=tuple(r for m in metas for r in m.episode_returns),
-            episode_lengths=tuple(n for m in metas for n in m.episode_lengths),
-            t_env_s=max(m.t_env_s for m in metas), t_infer_s=max(m.t_infer_s for m in metas),
-            weights_version=min(m.weights_version for m in metas))
+        meta = RolloutMeta.concat(metas)
         return RolloutBatch(
             obs=cat("obs", 1), actions=cat("actions", 1), logprobs=cat("logprobs", 1),
             values=cat("values", 1), rewards=cat("rewards", 1), dones=cat("dones", 1),
             next_value=cat("next_value", 0), next_done=cat("next_done", 0), lstm_state=lstm,
-            meta=meta)
+            valid=valid, meta=meta)
 
     def env_slice(self, start: int, stop: int) -> "RolloutBatch":
         """The sub-batch of envs [start, stop): how data-parallel learners split the work.
@@ -103,5 +129,6 @@ class RolloutBatch:
             logprobs=self.logprobs[:, start:stop], values=self.values[:, start:stop],
             rewards=self.rewards[:, start:stop], dones=self.dones[:, start:stop],
             next_value=self.next_value[start:stop], next_done=self.next_done[start:stop],
-            lstm_state=lstm, meta=meta,
+            lstm_state=lstm, valid=None if self.valid is None else self.valid[:, start:stop],
+            meta=meta,
         )

@@ -20,7 +20,7 @@ from distppo.envs.factory import frame_stack, make_vector_env
 
 class Sampler:
     def __init__(self, vec_env, agent: torch.nn.Module, num_steps: int, runner_index: int = 0,
-                 seed: int = 0):
+                 seed: int = 0, exact_resets: bool = False):
         self.env = vec_env
         self.generator = torch.Generator().manual_seed(seed)  # this sampler's action stream
         self.agent = agent
@@ -31,6 +31,8 @@ class Sampler:
         self.next_obs = None  # [N, *obs_shape], reset lazily so the SPS timer covers it
         self.next_done = np.zeros(vec_env.num_envs, dtype=bool)
         self.state = PolicyState(agent, vec_env.num_envs)
+        # PPO-LSTM on a next-step auto-reset env (EnvPool): mark its reset steps (docs/semantics.md)
+        self.exact_resets = exact_resets and self.state.is_lstm
 
     def set_weights(self, state_dict: dict, version: int) -> None:
         self.agent.load_state_dict(state_dict)
@@ -50,10 +52,11 @@ class Sampler:
         values = np.zeros((t_steps, n), dtype=np.float32)
         rewards = np.zeros((t_steps, n), dtype=np.float32)
         dones = np.zeros((t_steps, n), dtype=bool)
+        valid = np.ones((t_steps, n), dtype=bool) if self.exact_resets else None
         initial_lstm_state = None
         if self.state.is_lstm:
             initial_lstm_state = tuple(s.numpy().copy() for s in self.state.lstm)
-        episode_returns, episode_lengths = [], []
+        games = GameLog()
 
         for step in range(t_steps):
             obs[step] = self.next_obs
@@ -70,24 +73,54 @@ class Sampler:
             t_infer += mid - start
             rewards[step] = result.reward
             self.next_obs, self.next_done = result.obs, result.done
-            for ep in result.episodes:
-                episode_returns.append(float(ep.ret))
-                episode_lengths.append(int(ep.length))
+            if valid is not None and result.autoreset is not None:
+                # EnvPool reset these envs instead of stepping them: no transition of the
+                # game (the loss leaves it out), and the observation it returned starts a new
+                # life, so the done arrives with it and the LSTM state is zeroed before it,
+                # as in gym's same-step ordering.
+                valid[step] = ~result.autoreset
+                self.next_done = result.done | result.autoreset
+            games.add(step, result)
 
         # Bootstrap value with the same weights (CleanRL computes it before the update).
         start = time.perf_counter()
         next_value = policy_value(self.agent, self.next_obs, self.next_done, self.state)
         t_infer += time.perf_counter() - start
 
-        meta = RolloutMeta(t_steps, n, tuple(episode_returns), tuple(episode_lengths), t_env,
-                           t_infer, self.weights_version, self.runner_index)
+        meta = RolloutMeta(t_steps, n, *games.fields(), t_env_s=t_env, t_infer_s=t_infer,
+                           weights_version=self.weights_version, runner_index=self.runner_index)
         return RolloutBatch(
             obs=obs, actions=actions, logprobs=logprobs, values=values, rewards=rewards,
             dones=dones, next_value=next_value.flatten().numpy().astype(np.float32),
-            next_done=self.next_done.copy(), lstm_state=initial_lstm_state, meta=meta)
+            next_done=self.next_done.copy(), lstm_state=initial_lstm_state,
+            valid=None if valid is None or valid.all() else valid, meta=meta)
 
     def close(self) -> None:
         self.env.close()
+
+
+class GameLog:
+    """The games that ended during one rollout, for its RolloutMeta."""
+
+    def __init__(self) -> None:
+        self.returns: list[float] = []
+        self.lengths: list[int] = []
+        self.envs: list[int] = []
+        self.envpool_logged: list | None = None   # EnvPool: a list, even when no game logged
+
+    def add(self, step: int, result) -> None:
+        for ep in result.episodes:
+            self.returns.append(float(ep.ret))
+            self.lengths.append(int(ep.length))
+            self.envs.append(int(ep.env_index))
+        if result.envpool_logged is not None:
+            self.envpool_logged = self.envpool_logged or []
+            self.envpool_logged += [(step, e, r) for e, r in result.envpool_logged]
+
+    def fields(self) -> tuple:
+        """RolloutMeta's episode_returns, episode_lengths, episode_envs, envpool_logged."""
+        logged = None if self.envpool_logged is None else tuple(self.envpool_logged)
+        return tuple(self.returns), tuple(self.lengths), tuple(self.envs), logged
 
 
 def make_sampler(cfg: TrainConfig, runner_index: int, video_dir: str | None = None,
@@ -97,6 +130,8 @@ def make_sampler(cfg: TrainConfig, runner_index: int, video_dir: str | None = No
     seed = env_seed(cfg.seed, runner_index, cfg.runner_num_envs, cfg.runner.num_env_runners,
                     incarnation)
     vec_env = make_vector_env(cfg.env.env_id, cfg.env.backend, cfg.runner_num_envs, seed,
-                              frame_stack(cfg.ppo.algo), video_dir if runner_index == 0 else None)
+                              frame_stack(cfg.ppo.algo), video_dir if runner_index == 0 else None,
+                              cfg.env.max_episode_steps)
     agent = make_agent(cfg.ppo.algo, tuple(vec_env.obs_shape), vec_env.num_actions)
-    return Sampler(vec_env, agent, cfg.ppo.num_steps, runner_index, seed)
+    return Sampler(vec_env, agent, cfg.ppo.num_steps, runner_index, seed,
+                   exact_resets=cfg.ppo.lstm_exact_resets)

@@ -82,6 +82,8 @@ def update(agent: nn.Module, optimizer: optim.Optimizer, batch: RolloutBatch, cf
     b_advantages = advantages.reshape(-1)
     b_returns = returns.reshape(-1)
     b_values = values.reshape(-1)
+    # [T, N] -> [T*N]; None: every step is a transition of the game (all but PPO-LSTM on EnvPool)
+    b_valid = None if batch.valid is None else t(batch.valid).reshape(-1)
 
     is_lstm = isinstance(agent, LSTMAgent)
     if is_lstm:
@@ -108,6 +110,12 @@ def update(agent: nn.Module, optimizer: optim.Optimizer, batch: RolloutBatch, cf
             else:
                 _, newlogprob, entropy, newvalue = agent.get_action_and_value(
                     b_obs[mb_inds], b_actions[mb_inds])
+            if b_valid is not None:
+                # EnvPool's reset steps: the LSTM ran over them to keep the sequence whole; the
+                # loss (and the advantage normalisation) leaves them out (docs/semantics.md).
+                keep = b_valid[mb_inds]
+                newlogprob, entropy, newvalue = newlogprob[keep], entropy[keep], newvalue[keep]
+                mb_inds = mb_inds[keep]
             loss, stats = ppo_loss(
                 newlogprob, entropy, newvalue, b_logprobs[mb_inds], b_advantages[mb_inds],
                 b_returns[mb_inds], b_values[mb_inds], clip_coef=p.clip_coef, ent_coef=p.ent_coef,
@@ -127,6 +135,8 @@ def update(agent: nn.Module, optimizer: optim.Optimizer, batch: RolloutBatch, cf
                 break
 
     y_pred, y_true = b_values.cpu().numpy(), b_returns.cpu().numpy()
+    if b_valid is not None:
+        y_pred, y_true = y_pred[batch.valid.reshape(-1)], y_true[batch.valid.reshape(-1)]
     stats["explained_variance"] = explained_variance(y_pred, y_true)
     stats["clipfrac"] = float(np.mean(clipfracs))  # CleanRL logs the mean over all minibatches
     stats["learning_rate"] = lrnow

@@ -15,32 +15,51 @@ def frame_stack(algo: str) -> int:
     return 1 if algo == "ppo_lstm" else 4
 
 
+# Atari time limit in agent steps when --max-episode-steps is not given: what the reference
+# script of each backend had (docs/semantics.md). ppo_atari_envpool's benchmark ran EnvPool
+# 0.6.6 (CleanRL's poetry.lock at PR #424), registered with 108,000 *agent steps*; EnvPool
+# 0.8.2 changed the default to 27,000 (sail-sg/envpool#250). The gym scripts' v4 ids stop
+# after 108,000 emulator frames = 27,000 agent steps.
+DEFAULT_MAX_EPISODE_STEPS = {"envpool": 108_000, "gym": 27_000}
+
+
+def episode_limit(env_id: str, backend: str, requested: Optional[int] = None) -> Optional[int]:
+    """The Atari time limit in agent steps a run uses; None for vector-observation envs."""
+    if resolve_env_id(env_id, backend).kind != "atari":
+        return None
+    return requested if requested is not None else DEFAULT_MAX_EPISODE_STEPS.get(backend)
+
+
 def make_vector_env(env_id: str, backend: str, num_envs: int, seed: int, frame_stack: int,
-                    video_dir: Optional[str] = None) -> VecEnv:
+                    video_dir: Optional[str] = None,
+                    max_episode_steps: Optional[int] = None) -> VecEnv:
     """`num_envs` envs; sub-env i is seeded with seed + i on both backends (CleanRL's rule).
 
     `frame_stack` applies to Atari only (4 for ppo, 1 for ppo_lstm); classic envs ignore it.
     `video_dir`: record every full game of sub-env 0 as `<video_dir>/episode-<k>.mp4`.
+    `max_episode_steps`: Atari time limit in agent steps (None: DEFAULT_MAX_EPISODE_STEPS).
     """
     if num_envs < 1 or frame_stack < 1:
         raise ConfigError(f"num_envs and frame_stack must be >= 1, got {num_envs}, {frame_stack}")
-    env = _make(resolve_env_id(env_id, backend), backend, num_envs, seed, frame_stack, video_dir)
+    limit = episode_limit(env_id, backend, max_episode_steps)
+    env = _make(resolve_env_id(env_id, backend), backend, num_envs, seed, frame_stack, video_dir,
+                limit)
     return faults.wrap_env(env)
 
 
 def _make(resolved: ResolvedEnv, backend: str, num_envs: int, seed: int, frame_stack: int,
-          video_dir: Optional[str]) -> VecEnv:
+          video_dir: Optional[str], limit: Optional[int]) -> VecEnv:
     if backend == "envpool":
         from distppo.envs.atari_envpool import EnvPoolVecEnv
 
         video = VideoRecorder(video_dir, fps=15) if video_dir else None
-        return EnvPoolVecEnv(resolved.backend_id, num_envs, seed, frame_stack, video)
+        return EnvPoolVecEnv(resolved.backend_id, num_envs, seed, frame_stack, limit, video)
     from distppo.envs.gym_vector import GymVecEnv
 
     if resolved.kind == "atari":
         from distppo.envs.atari_gym import make_atari_gym_env
 
-        envs = [make_atari_gym_env(resolved.backend_id, frame_stack,
+        envs = [make_atari_gym_env(resolved.backend_id, frame_stack, limit,
                                    render=bool(video_dir) and i == 0) for i in range(num_envs)]
         fps = 15  # one video frame per agent step = 4 emulator frames at 60 Hz
     else:

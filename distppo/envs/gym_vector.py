@@ -1,31 +1,38 @@
-"""Gymnasium sub-envs stepped in sequence, with same-step auto-reset, as one VecEnv."""
+"""gymnasium's SyncVectorEnv with same-step auto-reset, as one VecEnv with full-game returns."""
 from __future__ import annotations
 
 from typing import Optional
 
 import gymnasium as gym
 import numpy as np
+from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
 from distppo.envs.types import Episode, GameStats, StepResult
 from distppo.envs.video import VideoRecorder
 
 
 class GymVecEnv:
-    """Sub-envs stepped in sequence with same-step auto-reset (gymnasium 0.29 SyncVectorEnv).
+    """Sub-envs in one `SyncVectorEnv(autoreset_mode=SAME_STEP)`.
 
-    Written out rather than gymnasium 1.x's SyncVectorEnv, whose default autoreset mode is
-    NEXT_STEP; CleanRL's learner saw SAME_STEP semantics.
+    SAME_STEP is gymnasium 0.29's behaviour, the SyncVectorEnv CleanRL's gym scripts ran: the
+    observation returned with a done is already the first one of the next life or game (1.x
+    defaults to NEXT_STEP). What we add: the finished games of each sub-env's GameStats, with
+    their length in agent steps, and env 0's video.
     """
 
     def __init__(self, envs: list[tuple[gym.Env, GameStats]], seed: int,
-                 video: Optional["VideoRecorder"] = None):
-        self.envs = [env for env, _ in envs]
+                 video: Optional[VideoRecorder] = None):
         self.stats = [stats for _, stats in envs]
-        self.num_envs = len(self.envs)
-        space = self.envs[0].observation_space
+        subenvs = [env for env, _ in envs]
+        if video is not None:
+            subenvs[0] = RecordFrames(subenvs[0], self.stats[0], video)
+        self.vec = SyncVectorEnv([lambda env=env: env for env in subenvs],
+                                 autoreset_mode=AutoresetMode.SAME_STEP)
+        self.num_envs = len(subenvs)
+        space = self.vec.single_observation_space
         self.obs_shape = tuple(space.shape)
         self.obs_dtype = np.dtype(space.dtype)
-        self.num_actions = int(self.envs[0].action_space.n)
+        self.num_actions = int(self.vec.single_action_space.n)
         self.seed = seed
         self.video = video
         self._seeded = False
@@ -35,46 +42,55 @@ class GymVecEnv:
         self.raw_reward = np.zeros(self.num_envs, dtype=np.float32)
 
     def reset(self) -> np.ndarray:
-        # Seed once, at the first reset (CleanRL: envs.reset(seed=args.seed)); later resets
-        # continue each env's own random stream.
-        seeds = [self.seed + i if not self._seeded else None for i in range(self.num_envs)]
+        # Seed once, at the first reset (CleanRL: envs.reset(seed=args.seed), env i gets
+        # seed + i); later resets continue each env's own random stream.
+        obs, _ = self.vec.reset(seed=None if self._seeded else self.seed)
         self._seeded = True
-        obs = [env.reset(seed=s)[0] for env, s in zip(self.envs, seeds)]
         for stats in self.stats:
             stats.finished.clear()
         self._steps[:] = 0
-        if self.video:
-            self.video.add(self.envs[0].render())
-        return np.stack(obs)  # N x [*obs_shape] -> [N, *obs_shape]
+        return obs  # [N, *obs_shape]
 
     def step(self, actions: np.ndarray) -> StepResult:
-        obs = np.empty((self.num_envs, *self.obs_shape), dtype=self.obs_dtype)
-        reward = np.zeros(self.num_envs, dtype=np.float32)
-        done = np.zeros(self.num_envs, dtype=bool)
+        raw_before = np.array([s.raw_total for s in self.stats])
+        obs, reward, terminated, truncated, _ = self.vec.step(np.asarray(actions))
+        self._steps += 1
         episodes: list[Episode] = []
-        for i, (env, stats) in enumerate(zip(self.envs, self.stats)):
-            raw_before = stats.raw_total
-            obs[i], reward[i], terminated, truncated, _ = env.step(int(actions[i]))
-            self._steps[i] += 1
-            recording = self.video is not None and i == 0
-            if recording:
-                self.video.add(env.render())
-            done[i] = terminated or truncated
-            if done[i]:
-                obs[i] = env.reset()[0]
-            for ret in stats.finished:
+        for i, stats in enumerate(self.stats):
+            for ret in stats.finished:   # a game ends at a done, or inside the reset after it
                 episodes.append(Episode(i, ret, int(self._steps[i])))
                 self._steps[i] = 0
-            if recording and stats.finished:
-                self.video.end_episode()
-            if recording and done[i]:
-                self.video.add(env.render())
             stats.finished.clear()
-            self.raw_reward[i] = stats.raw_total - raw_before
-        return StepResult(obs, reward, done, episodes)
+        self.raw_reward[:] = np.array([s.raw_total for s in self.stats]) - raw_before
+        return StepResult(obs, reward.astype(np.float32), terminated | truncated, episodes)
 
     def close(self) -> None:
-        for env in self.envs:
-            env.close()
+        self.vec.close()
         if self.video:
             self.video.close()
+
+
+class RecordFrames(gym.Wrapper):
+    """Env 0's rendered frames into the video: one per agent step and one per reset (the first
+    frame of a life), a new file after each finished game."""
+
+    def __init__(self, env: gym.Env, stats: GameStats, video: VideoRecorder):
+        super().__init__(env)
+        self.stats, self.video = stats, video
+        self._games = stats.games
+
+    def reset(self, **kwargs):
+        out = self.env.reset(**kwargs)
+        self._frame()
+        return out
+
+    def step(self, action):
+        out = self.env.step(action)
+        self._frame()
+        return out
+
+    def _frame(self) -> None:
+        self.video.add(self.env.render())
+        if self.stats.games != self._games:
+            self._games = self.stats.games
+            self.video.end_episode()

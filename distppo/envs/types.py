@@ -4,13 +4,14 @@ Semantics (shared/reference/hyperparameters.md sections 4 and 5):
 - `done` is the training-level end (a life loss on Atari); `episodes` lists the *full games*
   that ended in this step, with their raw unclipped return over all lives.
 - gym backend: same-step auto-reset, as gymnasium 0.29's SyncVectorEnv that CleanRL used (the
-  returned obs of a done env is already the next start). EnvPool: auto-reset on the next
-  step call (that reset step returns reward 0, done False, and counts as an agent step).
+  returned obs of a done env is already the next start; gymnasium 1.x: AutoresetMode.SAME_STEP).
+  EnvPool: auto-reset on the next step call (that reset step returns reward 0, done False, and
+  counts as an agent step).
 - `Episode.length` counts agent steps (vector-env step calls) of the game.
 """
 from __future__ import annotations
 
-from typing import NamedTuple, Protocol
+from typing import NamedTuple, Optional, Protocol
 
 import gymnasium as gym
 import numpy as np
@@ -27,6 +28,13 @@ class StepResult(NamedTuple):
     reward: np.ndarray  # [N] float32, the TRAINING reward (sign-clipped on Atari)
     done: np.ndarray    # [N] bool, training-level end (life loss on Atari, terminated|truncated)
     episodes: list[Episode]  # full games that ended in this step
+    # [N] bool, next-step auto-reset envs only (EnvPool): this call reset the env instead of
+    # stepping it (the action was ignored, reward 0); `obs` is the first of a new life or game.
+    # None: the env resets in the same step as the done (gym), so no call is a reset.
+    autoreset: Optional[np.ndarray] = None
+    # EnvPool only: (env index, return) of each game ppo_atari_envpool.py would log at this
+    # step, by its own bookkeeping (atari_envpool.py); None on other backends.
+    envpool_logged: Optional[list[tuple[int, float]]] = None
 
 
 class VecEnv(Protocol):
@@ -53,6 +61,7 @@ class GameStats(gym.Wrapper):
         super().__init__(env)
         self.game_return = 0.0
         self.raw_total = 0.0     # raw reward summed over the env's lifetime (never cleared)
+        self.games = 0           # games finished over the env's lifetime (never cleared)
         self.finished: list[float] = []
 
     def reset(self, **kwargs):
@@ -65,4 +74,5 @@ class GameStats(gym.Wrapper):
         self.raw_total += float(reward)
         if terminated or truncated:
             self.finished.append(self.game_return)
+            self.games += 1
         return obs, reward, terminated, truncated, info

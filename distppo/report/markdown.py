@@ -91,12 +91,14 @@ def runtimes_md(report: dict) -> str:
            "Speed-up = reference minutes / our minutes at 10M steps (> 1: distppo is faster).\n"]
     for sec in report["sections"]:
         refs = sec["references"]
-        out.append(f"\n## distppo {sec['label']}\n\n" + _budget_note(sec))
+        out.append(f"\n## distppo {sec['label']}\n\n" + _counterpart_note(sec)
+                   + _budget_note(sec))
+        marks = _pairing_marks(sec)
         header = ["env_id", f"distppo {sec['label']}", "seeds", "CleanRL def."]
         if sec["scaled"]:
             header.append("scaled to 10M")
         for name in refs:
-            header += [name, f"speed-up vs {name}"]
+            header += [name + marks.get(name, ""), f"speed-up vs {name}"]
         rows = []
         for r in sec["games"]:
             row = [r["env_id"], pm(r["minutes"]), seeds_cell(r, n_seeds), pm(r["minutes_cleanrl"])]
@@ -113,29 +115,72 @@ def runtimes_md(report: dict) -> str:
                 games = f" ({games_word(s['games'])})" if s["games"] else ""
                 row += ["", f(s[stat]) + games]
             rows.append(row)
-        out.append("\n" + table(header, rows) + _missing_notes(sec, returns=False))
+        out.append("\n" + table(header, rows) + _pairing_notes(sec, marks)
+                   + _missing_notes(sec, returns=False))
     out.append(_ref_notes(report, "runtimes"))
     return "".join(out)
+
+
+NOT_RECORDED = "not recorded"
 
 
 def returns_md(report: dict) -> str:
     n_seeds = len(report["sweep"]["seeds"])
     out = [f"# Episodic returns: {report['sweep']['name']}\n\n",
-           "Per run: mean raw game score of its last 100 finished games (CleanRL's metric); "
-           "per game: mean ± population std (ddof 0) over seeds. References: the same "
-           "statistic from CleanRL's docs after 10M steps.\n"]
+           "Raw game scores (all lives, unclipped), per game mean ± population std (ddof 0) "
+           "over seeds. CleanRL's scripts do not all report the same statistic, so each "
+           "section has one table per statistic: a reference sits beside our run's number "
+           "computed the way that reference computed its own (the statistic is in every "
+           "header). References: CleanRL's docs after 10M steps.\n"]
     for sec in report["sections"]:
-        refs = sec["references"]
-        out.append(f"\n## distppo {sec['label']}\n\n" + _budget_note(sec, returns=True))
-        header = ["env_id", f"distppo {sec['label']}", "seeds", *refs]
-        rows = []
-        for r in sec["games"]:
-            row = [r["env_id"], pm(r["return"]), f"{r['return']['n']}/{n_seeds}"]
-            row += [pm(r["ref_returns"][n]) if r["ref_returns"][n] else NONE for n in refs]
-            rows.append(row)
-        out.append("\n" + table(header, rows) + _missing_notes(sec, returns=True))
+        out.append(f"\n## distppo {sec['label']}\n\n" + _counterpart_note(sec)
+                   + _budget_note(sec, returns=True))
+        marks = _pairing_marks(sec)
+        for grp in sec["statistics"]:
+            out.append(_statistic_table(sec, grp, marks, n_seeds))
+        out.append(_pairing_notes(sec, marks) + _missing_notes(sec, returns=True))
     out.append(_ref_notes(report, "returns"))
     return "".join(out)
+
+
+def _counterpart_note(sec: dict) -> str:
+    if not sec["no_counterpart"]:
+        return ""
+    return ("**No CleanRL counterpart**: CleanRL has no PPO-LSTM script on EnvPool; every "
+            "reference column below is another experiment.\n\n")
+
+
+def _pairing_marks(sec: dict) -> dict:
+    """{reference: ' (note k)'} for the references that are not the same experiment."""
+    odd = [n for n in sec["references"] if sec["pairings"][n]]
+    return {n: f" (note {k})" for k, n in enumerate(odd, 1)}
+
+
+def _statistic_table(sec: dict, grp: dict, marks: dict, n_seeds: int) -> str:
+    ours = f"distppo {sec['label']} [{grp['label']}]"
+    header = ["env_id", ours, "seeds"] + [f"{n} [{grp['label']}]{marks.get(n, '')}"
+                                          for n in grp["references"]]
+    rows = []
+    for r in sec["games"]:
+        cell = r["return_by_statistic"][grp["key"]]
+        row = [r["env_id"], NOT_RECORDED if cell is None else pm(cell),
+               "—" if cell is None else f"{cell['n']}/{n_seeds}"]
+        row += [pm(r["ref_returns"][n]) if r["ref_returns"][n] else NONE
+                for n in grp["references"]]
+        rows.append(row)
+    unrecorded = any(r["return_by_statistic"][grp["key"]] is None for r in sec["games"])
+    note = (f"\n`{NOT_RECORDED}`: the sweep's files predate the `{grp['column']}` column.\n"
+            if unrecorded else "")
+    return (f"\n### distppo {sec['label']}: {grp['label']}\n\n{grp['definition']}.\n\n"
+            + table(header, rows) + note)
+
+
+def _pairing_notes(sec: dict, marks: dict) -> str:
+    same = [f"`{n}`" for n in sec["references"] if not sec["pairings"][n]]
+    lines = [f"- note {k}, `{n}`: {sec['pairings'][n]}" for k, n in enumerate(marks, 1)]
+    if same:
+        lines.insert(0, f"- {', '.join(same)}: the same experiment as this section's runs")
+    return "\nPairings:\n\n" + "\n".join(lines) + "\n" if lines else ""
 
 
 def _hours(x: Optional[float]) -> str:
@@ -199,8 +244,9 @@ def summary_md(report: dict) -> str:
     n_seeds = len(report["sweep"]["seeds"])
     for sec in report["sections"]:
         out.append(f"\n## Human-normalised scores: distppo {sec['label']}\n\n"
-                   "HNS = (return - random) / (human - random), per run, scores of hns.csv "
-                   "(openrlbenchmark); mean ± population std over seeds.\n\n")
+                   "HNS = (return - random) / (human - random), per run, with the return "
+                   "of its last 100 games and the scores of hns.csv (openrlbenchmark); mean ± "
+                   "population std over seeds.\n\n")
         rows = []
         for r in sec["games"]:
             h = r["hns"]

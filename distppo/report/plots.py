@@ -146,3 +146,28 @@ def runtime_bars(report: dict, path: str) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
+
+
+def run_curve(metrics: pd.DataFrame, path: str, title: str,
+              columns: Sequence[tuple[str, str]], marks: Sequence[int] = ()) -> None:
+    """One run's return columns vs env steps (a single learning curve, e.g. a results folder).
+
+    `columns`: (column, legend label) pairs of the metrics rows; rows before a column's first
+    value (NaN or null) are skipped. `marks`: steps to draw a dotted vertical line at.
+    """
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7, 4))
+    df = metrics.sort_values("global_step")
+    for column, label in columns:
+        curve = df[["global_step", column]].astype("float64").dropna()
+        ax.plot(curve["global_step"], curve[column], lw=1.5, label=label)
+    for step in marks:
+        ax.axvline(step, color="grey", ls=":", lw=1)
+    ax.set_xlabel("env steps (agent steps, summed over envs)")
+    ax.set_ylabel("episodic return (raw game score)")
+    ax.set_title(title, fontsize=10)
+    ax.legend(fontsize=8, loc="best")
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)

@@ -5,6 +5,11 @@ game, seed mean, 10M steps), `returns.csv` (return mean and population std over 
 `hns.csv` (random and human scores). Rows are labelled with the env id printed in the source
 doc, v5 or NoFrameskip-v4; both our ids and theirs are mapped to the v5 form through
 envs/games.py before joining, so either spelling finds the same row.
+
+Our returns.csv adds one column to the copy, `statistic`: which return statistic the number
+is (STATISTICS below, from the reference README's "Return metric" note and the scripts), so
+the report sets each reference beside our run's number of the same statistic; PAIRING says
+which references are the same experiment as a run of ours.
 """
 from __future__ import annotations
 
@@ -21,10 +26,55 @@ from distppo.errors import UserError
 REFERENCE_STEPS = 10_000_000  # every reference run trained 10M agent steps (40M frames)
 
 # The CleanRL script whose runs match ours most closely, by (algo, backend).
-# CleanRL has no EnvPool LSTM script: ppo_lstm on EnvPool is set beside the gym LSTM one.
+# CleanRL has no EnvPool LSTM script: ppo_lstm on EnvPool is set beside the gym LSTM one,
+# labelled "no CleanRL counterpart" (pairing_note).
 MATCHING_SCRIPT = {("ppo", "gym"): "ppo_atari", ("ppo_lstm", "gym"): "ppo_atari_lstm",
                    ("ppo", "envpool"): "ppo_atari_envpool",
                    ("ppo_lstm", "envpool"): "ppo_atari_lstm"}
+# What each reference run set was: (algo, backend) in our terms, and anything else that makes
+# it another experiment than our run with the same algo and backend (hyperparameters.md).
+REFERENCE_SETUP = {
+    "ppo_atari": ("ppo", "gym", None),
+    "ppo_atari_lstm": ("ppo_lstm", "gym", None),
+    "ppo_atari_envpool": ("ppo", "envpool", None),
+    "ppo_atari_multigpu": ("ppo", "gym", "2 processes x 4 envs, returns of rank 0's envs only"),
+    "ppo_atari_envpool_xla_jax": ("ppo", "envpool",
+                                  "JAX: no value-loss clipping, population-std advantages"),
+    "ppo_atari_envpool_xla_jax_scan": ("ppo", "envpool",
+                                       "JAX: no value-loss clipping, population-std advantages"),
+    "baselines_ppo2_cnn": ("ppo", "gym", "openai/baselines PPO2, another code base"),
+    "baselines_ppo2_lstm": ("ppo_lstm", "gym", "openai/baselines PPO2, another code base"),
+}
+NO_COUNTERPART = ("ppo_lstm", "envpool")
+
+
+@dataclass(frozen=True)
+class Statistic:
+    key: str         # returns.csv `statistic`
+    label: str       # the words in a table heading or header
+    ours: str        # our trials.parquet column computed the same way
+    definition: str  # one sentence for the notes under the table
+
+
+STATISTICS = {s.key: s for s in (
+    Statistic("last100_games", "last 100 games", "final_episodic_return",
+              "mean raw score of the run's last 100 finished games (a game ends at game over "
+              "or at the time limit): `charts/episodic_return`, openrlbenchmark's last-100 "
+              "window"),
+    Statistic("envpool_avg20", "ppo_atari_envpool's avg_episodic_return", "final_envpool_return",
+              "mean of the last 100 values of ppo_atari_envpool.py's `charts/avg_episodic_return`"
+              ", the mean of the last 20 games it logged; it logs a game at a done with lives == "
+              "0 and sums its score until a true game over, so a game cut by the time limit with "
+              "lives left is not logged and its score runs on into the next one"),
+    Statistic("xla_latest_per_env", "ppo_atari_envpool_xla_jax's avg_episodic_return",
+              "final_xla_return",
+              "mean over the last 100 iterations of ppo_atari_envpool_xla_jax.py's "
+              "`charts/avg_episodic_return`, the mean over envs of each env's latest finished "
+              "game (0 before its first)"),
+    Statistic("unstated", "average return, aggregation not stated", "final_episodic_return",
+              "a hand-typed table in docs/rl-algorithms/ppo.md that says 'average episodic "
+              "returns' without the window; set beside our last-100-games mean"),
+)}
 # The two reference columns that cover all 57 games (the 57-game CleanRL tables).
 FULL_COVERAGE = ("ppo_atari_envpool_xla_jax", "baselines_ppo2_cnn")
 
@@ -117,6 +167,7 @@ class RefReturn:
     mean: float
     std: float
     source_doc: str
+    statistic: str   # a key of STATISTICS
 
 
 def runtime(name: str, env_id: str) -> Optional[RefRuntime]:
@@ -133,8 +184,33 @@ def episodic_return(name: str, env_id: str) -> Optional[RefReturn]:
     if hit.empty:
         return None
     row = hit.iloc[0]
-    return RefReturn(float(row["mean"]), float(row["std"]), row["source_doc"])
+    return RefReturn(float(row["mean"]), float(row["std"]), row["source_doc"], row["statistic"])
 
+
+def return_statistic(name: str) -> Statistic:
+    """The statistic of a reference's return column (its canonical rows share one)."""
+    df = returns()
+    keys = set(df.loc[df["algo"] == name, "statistic"])
+    if len(keys) > 1:  # a broken package data file, not a user error
+        raise RuntimeError(f"returns.csv gives {name} several statistics: {sorted(keys)}")
+    return STATISTICS[keys.pop() if keys else "last100_games"]
+
+
+def pairing_note(algo: str, backend: str, name: str) -> Optional[str]:
+    """None when reference `name` is the same experiment as our (algo, backend) run at
+    CleanRL's defaults, else why not, in a few words."""
+    ref_algo, ref_backend, other = REFERENCE_SETUP.get(name, (None, None, "unknown setup"))
+    diffs = []
+    if ref_algo != algo and ref_algo is not None:
+        diffs.append("an LSTM run" if ref_algo == "ppo_lstm" else "a feed-forward run")
+    if ref_backend != backend and ref_backend is not None:
+        diffs.append(f"a {ref_backend} run")
+    if other:
+        diffs.append(other)
+    if (algo, backend) == NO_COUNTERPART:
+        return ("no CleanRL counterpart: CleanRL has no EnvPool PPO-LSTM script"
+                + (f"; {name} is " + ", ".join(diffs) if diffs else ""))
+    return "not the same experiment: " + "; ".join(diffs) if diffs else None
 
 def source_docs(name: str) -> dict[str, list[str]]:
     """Which docs a reference name's runtime and return numbers come from."""

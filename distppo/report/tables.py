@@ -1,7 +1,9 @@
 """The report's numbers as one JSON-ready dict; markdown.py only formats what is in here.
 
 Definitions (docs/report.md):
-- a run's return: `final_episodic_return`, the mean of its last 100 finished games (CleanRL);
+- a run's return: `final_episodic_return`, the mean of its last 100 finished games (CleanRL's
+  gym scripts); beside a reference that reports another statistic (returns.csv `statistic`),
+  the run's number of that statistic (`final_envpool_return`, `final_xla_return`);
 - per game: mean and population std (ddof 0, numpy's default, as openrlbenchmark) over seeds;
 - a run's minutes: `wall_clock_minutes`, trial start to end; scaled to 10M steps linearly;
 - speed-up vs a reference: reference minutes / our minutes at 10M steps (> 1: we are faster);
@@ -16,14 +18,22 @@ from typing import Iterable, Optional, Sequence
 import numpy as np
 import pandas as pd
 
+from distppo.config import FLAT_FIELDS, SweepConfig, TrainConfig
 from distppo.report import aggregates, references
 from distppo.report.load import Sweep
-from distppo.report.references import REFERENCE_STEPS
+from distppo.report.references import REFERENCE_STEPS, STATISTICS
+
+# Settings that make a run another experiment than CleanRL's defaults (the budget has its own
+# note; resources, threads and checkpoints do not change what is learned).
+EXPERIMENT_SETTINGS = ("num_envs", "max_episode_steps", "lstm_exact_resets", "learning_rate",
+                       "num_steps", "anneal_lr", "gamma", "gae_lambda", "num_minibatches",
+                       "update_epochs", "norm_adv", "clip_coef", "clip_vloss", "ent_coef",
+                       "vf_coef", "max_grad_norm", "target_kl", "overlap")
 
 
 def num(x) -> Optional[float]:
-    """A JSON number: NaN and inf become null."""
-    if x is None:
+    """A JSON number: NaN, inf and a missing value (None, pandas' NA) become null."""
+    if x is None or x is pd.NA:
         return None
     x = float(x)
     return x if math.isfinite(x) else None
@@ -100,12 +110,55 @@ def _distinct(df: pd.DataFrame, col: str) -> Optional[list]:
     return sorted({str(v) for v in df[col].dropna() if str(v)})
 
 
+def changed_settings(spec: Optional[SweepConfig]) -> Optional[list[str]]:
+    """The sweep's settings that differ from CleanRL's defaults, as flags; None: unknown."""
+    if spec is None:
+        return None
+    default = TrainConfig()
+    changed = []
+    for name in EXPERIMENT_SETTINGS:
+        section_name = FLAT_FIELDS[name]
+        ours = getattr(getattr(spec.train, section_name), name)
+        if ours != getattr(getattr(default, section_name), name):
+            changed.append(f"--{name.replace('_', '-')} {ours}")
+    return changed
+
+
+def pairings(sweep: Sweep, algo: str, backend: str, ref_names: Sequence[str]) -> dict:
+    """{reference: None (the same experiment) or why it is not}, for one section."""
+    changed = changed_settings(sweep.spec)
+    out = {}
+    for name in ref_names:
+        note = references.pairing_note(algo, backend, name)
+        if changed is None:
+            extra = "the sweep's settings are unknown (no sweep.json)"
+        else:
+            extra = f"settings {', '.join(changed)}" if changed else None
+        if extra and note is None:
+            note = "not the same experiment: " + extra
+        elif extra:
+            note += "; " + extra
+        out[name] = note
+    return out
+
+
+def statistic_groups(ref_names: Sequence[str]) -> list[dict]:
+    """Our last-100-games column first, then one group per statistic the references use."""
+    groups = {"last100_games": []}
+    for name in ref_names:
+        groups.setdefault(references.return_statistic(name).key, []).append(name)
+    return [{"key": key, "label": STATISTICS[key].label, "column": STATISTICS[key].ours,
+             "definition": STATISTICS[key].definition, "references": names}
+            for key, names in groups.items()]
+
+
 def section(sweep: Sweep, algo: str, backend: str, ref_names: Sequence[str], reps: int,
             seed: int) -> dict:
     done = sweep.done(algo, backend)
     missing = sweep.missing[(sweep.missing["algo"] == algo) & (sweep.missing["backend"] == backend)]
     budgets = sorted(int(t) for t in set(done["total_timesteps"]))
-    rows = [game_row(sweep, done, missing, game, ref_names) for game in sweep.games]
+    groups = statistic_groups(ref_names)
+    rows = [game_row(sweep, done, missing, game, ref_names, groups) for game in sweep.games]
     speedups = {name: ratio_summary([r["ref_runtimes"][name]["speedup"] for r in rows
                                      if r["ref_runtimes"][name]])
                 for name in ref_names}
@@ -113,13 +166,15 @@ def section(sweep: Sweep, algo: str, backend: str, ref_names: Sequence[str], rep
         "algo": algo, "backend": backend, "label": section_label(algo, backend),
         "references": list(ref_names), "total_timesteps": budgets,
         "scaled": any(b != REFERENCE_STEPS for b in budgets),
+        "statistics": groups, "pairings": pairings(sweep, algo, backend, ref_names),
+        "no_counterpart": (algo, backend) == references.NO_COUNTERPART,
         "games": rows, "speedup_summary": speedups,
         "aggregates": hns_aggregates(rows, reps, seed),
     }
 
 
 def game_row(sweep: Sweep, done: pd.DataFrame, missing: pd.DataFrame, game: str,
-             ref_names: Sequence[str]) -> dict:
+             ref_names: Sequence[str], groups: Sequence[dict]) -> dict:
     g = done[done["game"] == game].sort_values("seed")
     env_id = sweep.label(game)
     minutes_10m = stats(g["minutes_10m"])
@@ -137,7 +192,8 @@ def game_row(sweep: Sweep, done: pd.DataFrame, missing: pd.DataFrame, game: str,
         ref_rt[name] = None if rt is None else {
             "minutes": rt.minutes, "speedup": num(rt.minutes / ours) if ours else None}
         ret = references.episodic_return(name, env_id)
-        ref_ret[name] = None if ret is None else {"mean": ret.mean, "std": ret.std}
+        ref_ret[name] = None if ret is None else {"mean": ret.mean, "std": ret.std,
+                                                  "statistic": ret.statistic}
     cell_missing = missing[missing["game"] == game]
     return {
         "env_id": env_id, "game": game,
@@ -148,9 +204,18 @@ def game_row(sweep: Sweep, done: pd.DataFrame, missing: pd.DataFrame, game: str,
         "minutes_10m": minutes_10m,
         "minutes_cleanrl": stats(g["minutes_cleanrl"]),
         "return": stats(per_seed.values()), "return_per_seed": per_seed,
+        "return_by_statistic": {grp["key"]: statistic_cell(g, grp["column"]) for grp in groups},
         "no_return_seeds": [s for s, v in per_seed.items() if v is None],
         "hns": hns, "ref_runtimes": ref_rt, "ref_returns": ref_ret,
     }
+
+
+def statistic_cell(runs: pd.DataFrame, column: str) -> Optional[dict]:
+    """Mean and std over seeds of one of our return columns; None when the sweep's files do
+    not have the column (written before it existed). NaN and null both count as no value."""
+    if column not in runs:
+        return None
+    return stats(runs[column].astype("float64"))
 
 
 def hns_matrix(rows: Sequence[dict]) -> tuple[np.ndarray, list[str], list[dict], int]:

@@ -9,6 +9,7 @@ import subprocess
 import time
 
 from distppo.config import TrainConfig
+from distppo.envs.factory import episode_limit
 from distppo.errors import ConfigError, UserError
 from distppo.telemetry.files import atomic_write
 
@@ -42,9 +43,15 @@ def default_run_name(cfg: TrainConfig) -> str:
 
 
 def write_config_json(path: str, cfg: TrainConfig, run_id: str) -> None:
+    limit = episode_limit(cfg.env.env_id, cfg.env.backend, cfg.env.max_episode_steps)
     record = {
         "run_id": run_id,
         "config": cfg.to_dict(),
+        # The time limit in force (config.env.max_episode_steps is None for "the default").
+        "episode_limit": None if limit is None else {
+            "agent_steps": limit, "frames": 4 * limit,
+            "source": "--max-episode-steps" if cfg.env.max_episode_steps is not None
+            else f"{cfg.env.backend} default (docs/semantics.md)"},
         "git_commit": git_commit(),
         "versions": versions(),
         "hostname": platform.node(),

@@ -45,6 +45,15 @@ COLUMNS: tuple[Column, ...] = (
     Column("episodic_return_last100", _F, "game score",
            "mean return of the last 100 games of the run so far (CleanRL's benchmark "
            "metric); NaN until the first"),
+    Column("envpool_avg_return_last100", _F, "game score",
+           "ppo_atari_envpool's benchmark statistic so far: mean of the last 100 values of its "
+           "charts/avg_episodic_return, the mean of the last 20 games it logged (a done with "
+           "lives == 0; the score is summed until a true game over); EnvPool runs only, NaN "
+           "otherwise and until the first such game"),
+    Column("xla_avg_return_last100", _F, "game score",
+           "ppo_atari_envpool_xla_jax's benchmark statistic so far: mean over the last 100 "
+           "iterations of the mean over envs of each env's latest finished game (0 before "
+           "its first)"),
     Column("learning_rate", _F, "-", "learning rate used in this iteration's update"),
     Column("policy_loss", _F, "-", "clipped surrogate loss, last minibatch of the last epoch"),
     Column("value_loss", _F, "-", "value loss, last minibatch of the last epoch"),
@@ -166,6 +175,12 @@ TRIAL_COLUMNS: tuple[Column, ...] = (
     Column("final_episodic_return", _F, "game score",
            "mean return of the last 100 finished games (episodic_return_last100 of the last "
            "row, CleanRL's definition); NaN when no game finished"),
+    Column("final_envpool_return", _F, "game score",
+           "envpool_avg_return_last100 of the last row: the run's number as ppo_atari_envpool "
+           "reports it; NaN for other backends or without such a game"),
+    Column("final_xla_return", _F, "game score",
+           "xla_avg_return_last100 of the last row: the run's number as "
+           "ppo_atari_envpool_xla_jax reports it"),
     Column("episodes", _I, "games", "games finished over the whole run"),
     Column("restarts", _I, "-",
            "times the trial restarted after a crash (Tune's FailureConfig, or --resume of a "
