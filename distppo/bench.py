@@ -206,3 +206,46 @@ def sink_table(results: list[dict]) -> str:
               f"{r['median_ms']:.3f} | {r['last_ms']:.2f} | {r['flushes']:,} |"
               for r in results]
     return "\n".join(lines) + "\n"
+
+
+def env_steps_per_second(env_id: str, backend: str, num_envs: int, steps: int,
+                         seed: int = 1) -> float:
+    """Agent steps per second (summed over envs) of one backend's vector env alone: uniform
+    random actions, no policy, construction and reset excluded. What the env side of SPS
+    costs, without the learner that dominates a CPU training run."""
+    import numpy as np
+
+    from distppo.envs.factory import frame_stack, make_vector_env
+
+    env = make_vector_env(env_id, backend, num_envs, seed, frame_stack("ppo"))
+    try:
+        env.reset()
+        actions = np.random.default_rng(seed).integers(0, env.num_actions,
+                                                       size=(steps, num_envs))
+        start = time.perf_counter()
+        for a in actions:
+            env.step(a)
+        return steps * num_envs / (time.perf_counter() - start)
+    finally:
+        env.close()
+
+
+def run_env_bench(env_id: str, backends: list[str], num_envs: int, total_steps: int,
+                  repeats: int) -> str:
+    """A markdown table of env-only steps/s per backend, medians of `repeats` interleaved."""
+    if repeats <= 0 or total_steps < num_envs:
+        raise UserError("--repeats must be > 0 and --total-timesteps at least --num-envs")
+    found: dict[str, list[float]] = {b: [] for b in backends}
+    for rep in range(repeats):
+        for backend in backends:
+            found[backend].append(env_steps_per_second(env_id, backend, num_envs,
+                                                       total_steps // num_envs))
+            print(f"{backend:8s} run {rep + 1}: {found[backend][-1]:,.0f} env steps/s",
+                  flush=True)
+    lines = ["| backend | envs | median env steps/s | min-max | ratio |", "|---|---|---|---|---|"]
+    base = statistics.median(found[backends[0]])
+    for backend, runs in found.items():
+        med = statistics.median(runs)
+        lines.append(f"| {backend} | {num_envs} | {med:,.0f} | {min(runs):,.0f}-{max(runs):,.0f} "
+                     f"| {med / base:.2f} |")
+    return "\n".join(lines) + "\n"

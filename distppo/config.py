@@ -12,7 +12,7 @@ import inspect
 from dataclasses import dataclass, field
 from typing import Optional
 
-from distppo.envs.games import BACKENDS, resolve_env_id
+from distppo.envs.games import BACKENDS, NO_ALE_VIDEO, resolve_env_id
 from distppo.errors import ConfigError
 
 ALGOS = ("ppo", "ppo_lstm")
@@ -23,7 +23,7 @@ MAX_SEED = 2**31 - 1
 # how long it trains (only longer: the learning rate anneals over the new total from then on).
 # Every other field defines the learning problem; changing one mid-run would give a run that
 # is neither the old config nor the new one.
-RESUME_SAFE = ("total_timesteps", "local", "device", "num_env_runners", "envs_per_runner",
+RESUME_SAFE = ("total_timesteps", "local", "device", "cuda", "num_env_runners", "envs_per_runner",
                "runner_cpus", "num_threads", "runner_max_restarts", "learner_cpus",
                "learner_gpus", "capture_video", "checkpoint_every", "keep_checkpoints",
                "log_every")
@@ -35,7 +35,8 @@ class EnvConfig:
     """game id: `Breakout-v5` or `BreakoutNoFrameskip-v4` (either backend maps it), or a
     gymnasium vector-obs id such as CartPole-v1"""
     backend: str = "envpool"
-    """vector env implementation: envpool | gym"""
+    """vector env implementation: envpool (EnvPool, Linux) | gym (gymnasium + ale-py, DeepMind
+    wrappers in Python, CleanRL's ppo_atari.py) | ale (ale-py's C++ vector env)"""
     num_envs: int = 8
     """total number of parallel environments (summed over all env runners)"""
     capture_video: bool = False
@@ -55,6 +56,8 @@ class EnvConfig:
             if resolved.kind != "atari":
                 raise ConfigError(f"--max-episode-steps applies to Atari games only; "
                                   f"{self.env_id} keeps its own limit: drop the flag")
+        if self.capture_video and self.backend == "ale":
+            raise ConfigError(NO_ALE_VIDEO)
 
 
 @dataclass(frozen=True)
@@ -141,8 +144,12 @@ class RunnerConfig:
 
 @dataclass(frozen=True)
 class LearnerConfig:
+    cuda: bool = True
+    """use CUDA for the learner when a GPU is visible, as CleanRL's --cuda; --no-cuda keeps it
+    on the CPU"""
     device: str = "auto"
-    """learner device: auto (cuda when available) | cpu | cuda (fails when no GPU is visible)"""
+    """learner device: auto (follows --cuda) | cpu | cuda (requires a GPU: fails when none is
+    visible)"""
     num_learners: int = 1
     """data-parallel learner actors on the Ray path"""
     learner_gpus: float = 0.0
@@ -153,10 +160,32 @@ class LearnerConfig:
     def validate(self) -> None:
         if self.device not in DEVICES:
             raise ConfigError(f"unknown device {self.device!r}: use one of {', '.join(DEVICES)}")
+        if self.device == "cuda" and not self.cuda:
+            raise ConfigError("--device cuda contradicts --no-cuda: drop one of them")
         _positive(self, "num_learners")
         _positive(self, "learner_cpus")
         if self.learner_gpus < 0:
             raise ConfigError(f"--learner-gpus must be >= 0, got {self.learner_gpus}")
+
+
+@dataclass(frozen=True)
+class TrackConfig:
+    track: bool = False
+    """log the run to Weights & Biases, as CleanRL's --track (pip install 'distppo[tracking]';
+    WANDB_MODE=offline writes the run locally)"""
+    wandb_project_name: str = "cleanRL"
+    """the W&B project of --track"""
+    wandb_entity: Optional[str] = None
+    """the W&B entity (team) of --track; default: your W&B user"""
+    mlflow_tracking_uri: Optional[str] = None
+    """also log the run to MLflow at this tracking URI (file:///path/mlruns, http://host:5000),
+    experiment --exp-name (a sweep: experiment --name)"""
+
+    def validate(self) -> None:
+        if not self.wandb_project_name:
+            raise ConfigError("--wandb-project-name must not be empty")
+        if self.mlflow_tracking_uri is not None and not self.mlflow_tracking_uri:
+            raise ConfigError("--mlflow-tracking-uri must not be empty: give a URI or drop it")
 
 
 @dataclass(frozen=True)
@@ -165,6 +194,7 @@ class TrainConfig:
     ppo: PPOConfig = field(default_factory=PPOConfig)
     runner: RunnerConfig = field(default_factory=RunnerConfig)
     learner: LearnerConfig = field(default_factory=LearnerConfig)
+    tracking: TrackConfig = field(default_factory=TrackConfig)
     exp_name: str = "distppo"
     """experiment name, part of the run name"""
     seed: int = 1
@@ -183,12 +213,15 @@ class TrainConfig:
     """newest checkpoints kept in <run dir>/checkpoints, older ones are deleted (0 = keep all)"""
     log_every: int = 1
     """print a progress line every N iterations"""
+    save_model: bool = False
+    """at the end, save the model's state_dict to <run dir>/<exp_name>.cleanrl_model, as
+    CleanRL's --save-model (the parameter names of CleanRL's Agent)"""
 
     def __post_init__(self) -> None:
         self.validate()
 
     def validate(self) -> None:
-        for part in (self.env, self.ppo, self.runner, self.learner):
+        for part in (self.env, self.ppo, self.runner, self.learner, self.tracking):
             part.validate()
         _positive(self, "checkpoint_every")
         _positive(self, "log_every")
@@ -310,7 +343,8 @@ def resume_flags() -> str:
                      else f"--{_flag(n)}" for n in RESUME_SAFE)
 
 
-SECTIONS = {"env": EnvConfig, "ppo": PPOConfig, "runner": RunnerConfig, "learner": LearnerConfig}
+SECTIONS = {"env": EnvConfig, "ppo": PPOConfig, "runner": RunnerConfig, "learner": LearnerConfig,
+            "tracking": TrackConfig}
 
 
 def _leaf_fields():
@@ -404,9 +438,11 @@ class SweepConfig:
         return [(g, a, s) for s in self.seeds for a in self.algos for g in self.games]
 
     def trial_config(self, env_id: str, algo: str, seed: int) -> TrainConfig:
-        """The TrainConfig of one grid point; its run folder is named by its trial id."""
+        """The TrainConfig of one grid point; its run folder is named by its trial id. Trials
+        do not track themselves: the sweep's Tune callbacks do (sweep/tracking.py)."""
         return self.train.replace(env_id=env_id, algo=algo, seed=seed,
-                                  run_name=trial_id(env_id, algo, seed))
+                                  run_name=trial_id(env_id, algo, seed), track=False,
+                                  mlflow_tracking_uri=None)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)

@@ -15,7 +15,8 @@ RAY_CPUS = 4
 def ray_cluster():
     """Start Ray once; CLI subprocesses join it through RAY_ADDRESS."""
     import ray
-    ctx = ray.init(num_cpus=RAY_CPUS, include_dashboard=False, log_to_driver=False,
+    # address="local": always a cluster of our own, never one another `ray start` left running
+    ctx = ray.init(address="local", num_cpus=RAY_CPUS, include_dashboard=False, log_to_driver=False,
                    namespace="distppo-tests")
     os.environ["RAY_ADDRESS"] = ctx.address_info["gcs_address"]
     yield ctx
@@ -44,3 +45,48 @@ def assert_one_line_error(proc, *needles):
     assert len(lines) == 1, proc.stderr
     for needle in needles:
         assert needle in lines[0], lines[0]
+
+
+def engine_aggregates(path) -> dict:
+    """{engine: {column: (non-null count, null count, mean, min, max)}} of every float column of
+    a Parquet file, as pyarrow, pandas, polars and DuckDB compute them (None when empty)."""
+    import duckdb
+    import pandas as pd
+    import polars as pl
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(str(path))
+    floats = [f.name for f in table.schema if str(f.type) == "double"]
+    out = {"pyarrow": {}, "pandas": {}, "polars": {}, "duckdb": {}}
+    frame, lazy = pd.read_parquet(str(path)), pl.read_parquet(str(path))
+    for c in floats:
+        col = table[c]
+        out["pyarrow"][c] = (len(col) - col.null_count, col.null_count, pc.mean(col).as_py(),
+                             pc.min(col).as_py(), pc.max(col).as_py())
+        s = frame[c]
+        stats = (None, None, None) if s.count() == 0 else (s.mean(), s.min(), s.max())
+        out["pandas"][c] = (int(s.count()), int(s.isna().sum()),
+                            *(None if v is None else float(v) for v in stats))
+        p = lazy[c]
+        out["polars"][c] = (len(p) - p.null_count(), p.null_count(), p.mean(), p.min(), p.max())
+        row = duckdb.execute(f'select count("{c}"), count(*) - count("{c}"), avg("{c}"), '
+                             f'min("{c}"), max("{c}") from read_parquet(?)', [str(path)]).fetchone()
+        out["duckdb"][c] = tuple(row)
+    return out
+
+
+def assert_engines_agree(path, must_have_nulls=()):
+    """pyarrow, pandas, polars and DuckDB give the same count, null count, mean, min and max for
+    every float column; `must_have_nulls` columns hold at least one null and one value."""
+    import pytest
+
+    found = engine_aggregates(path)
+    reference = found.pop("pyarrow")
+    for column in must_have_nulls:
+        count, nulls = reference[column][:2]
+        assert count > 0 and nulls > 0, (column, reference[column])
+    for engine, columns in found.items():
+        for column, values in columns.items():
+            assert values == pytest.approx(reference[column], rel=1e-12, nan_ok=False), (
+                engine, column, values, reference[column])

@@ -34,3 +34,16 @@ def test_bench_sink_rows(tmp_path):
     assert [r[1].strip() for r in rows] == ["300", "300"]
     assert [r[6].strip() for r in rows] == ["12", "300"]
     assert all(float(r[2]) > 0 for r in rows)
+
+
+def test_env_only_bench_compares_backends(tmp_path):
+    out = tmp_path / "envs.md"
+    proc = run_cli("bench", "--env-only", "--env-id", "Breakout-v5", "--backend", "envpool",
+                   "ale", "gym", "--num-envs", "2", "--total-timesteps", "64", "--repeats", "1",
+                   "--out", out, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = [line.split("|") for line in out.read_text().splitlines()[2:]]
+    assert [r[1].strip() for r in rows] == ["envpool", "ale", "gym"]
+    assert rows[0][5].strip() == "1.00" and all(float(r[3].replace(",", "")) > 0 for r in rows)
+    two = run_cli("bench", "--backend", "envpool", "ale", timeout=60)
+    assert two.returncode == 2 and "--env-only" in two.stderr and "Traceback" not in two.stderr

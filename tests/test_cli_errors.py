@@ -39,10 +39,14 @@ def test_cuda_without_gpu(tmp_path):
     import torch
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU")
-    proc = run_cli("train", "--local", "--cuda", "--env-id", "CartPole-v1", "--backend", "gym",
-                   "--output-dir", tmp_path, *TINY, timeout=120)
-    assert_one_line_error(proc, "CUDA")
+    # --device cuda requires a GPU; --cuda (CleanRL's, on by default) only uses one if visible
+    proc = run_cli("train", "--local", "--device", "cuda", "--env-id", "CartPole-v1",
+                   "--backend", "gym", "--output-dir", tmp_path, *TINY, timeout=120)
+    assert_one_line_error(proc, "CUDA", "--device cpu")
     assert not any(tmp_path.iterdir())
+    ok = run_cli("train", "--local", "--cuda", "--env-id", "CartPole-v1", "--backend", "gym",
+                 "--output-dir", tmp_path, *TINY, timeout=120)
+    assert ok.returncode == 0 and "on cpu" in ok.stdout, ok.stderr[-2000:]
 
 
 def test_resume_errors_and_nothing_overwritten(tmp_path):

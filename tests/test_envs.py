@@ -12,7 +12,8 @@ from distppo.envs.factory import make_vector_env
 from distppo.envs.games import ATARI_57, resolve_env_id, to_gym, to_v5
 from distppo.errors import ConfigError
 
-BACKENDS = ("gym", "envpool")
+BACKENDS = ("gym", "envpool", "ale")
+VIDEO_BACKENDS = ("gym", "envpool")  # ale-py's vector env renders no frames
 BREAKOUT_LIVES = 5  # a test-side game fact: one training-level done per life
 
 
@@ -43,6 +44,7 @@ def test_id_forms_map_on_both_backends():
     for env_id in ("Breakout-v5", "BreakoutNoFrameskip-v4"):
         assert resolve_env_id(env_id, "gym").backend_id == "BreakoutNoFrameskip-v4"
         assert resolve_env_id(env_id, "envpool").backend_id == "Breakout-v5"
+        assert resolve_env_id(env_id, "ale").backend_id == "ALE/Breakout-v5"
         for backend in BACKENDS:
             venv = _make(env_id, backend, num_envs=1)
             assert venv.reset().shape == (1, 4, 84, 84)
@@ -61,8 +63,9 @@ def test_unknown_id_names_closest_ids():
 
 
 def test_classic_envs():
-    with pytest.raises(ConfigError, match="--backend gym"):
-        _make("CartPole-v1", "envpool")
+    for backend in ("envpool", "ale"):
+        with pytest.raises(ConfigError, match="--backend gym"):
+            _make("CartPole-v1", backend)
     novel, full = _make("CartPoleNoVel-v1", "gym"), _make("CartPole-v1", "gym")
     assert novel.obs_shape == (2,) and novel.obs_dtype == np.float32
     assert full.obs_shape == (4,) and novel.num_actions == full.num_actions == 2
@@ -219,7 +222,7 @@ def _wrappers(env):
         env = env.env
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("backend", VIDEO_BACKENDS)
 def test_video_of_env0_games(backend, tmp_path):
     venv = _make("Breakout-v5", backend, num_envs=2, seed=1, video_dir=str(tmp_path))
     venv.reset()
@@ -369,3 +372,73 @@ def test_envpool_logs_games_as_ppo_atari_envpool_does():
     ours.close(), twin.close()
     assert cut_with_lives >= 2 and len(logged) >= 2, (cut_with_lives, logged)
     assert len(games) > len(logged)   # games cut by the limit: ours, not the script's
+
+
+def test_ale_backend_sees_the_gym_chains_frames():
+    """Same emulator, same frames: ale-py's vector env against the gym chain's MaxAndSkipEnv +
+    resize + grey + frame stack driven by hand through the frames of ale-py's reset (one FIRE
+    agent step, then the noops; the gym chain does noops, FIRE, 2). Equal up to +-1 grey level
+    at a few pixels (C++ converts to grey before the resize, CleanRL after), same raw rewards,
+    until the first life loss, where the gym chain would press NOOP, FIRE, 2 and ale-py not."""
+    from collections import deque
+
+    import ale_py
+    import cv2
+    import gymnasium as gym
+    from stable_baselines3.common.atari_wrappers import MaxAndSkipEnv
+
+    from distppo.envs.atari_gym import grey
+
+    gym.register_envs(ale_py)
+
+    def prep(frame):  # gymnasium's ResizeObservation (INTER_AREA), then grey as CleanRL
+        return grey(cv2.resize(frame, (84, 84), interpolation=cv2.INTER_AREA))
+
+    def close(ours, theirs):
+        diff = np.abs(ours.astype(np.int16) - theirs.astype(np.int16))  # [k, 84, 84]
+        assert diff.max() <= 1 and (diff > 0).mean() < 0.01, (diff.max(), (diff > 0).mean())
+
+    for seed in (1, 2):
+        venv = _make("Breakout-v5", "ale", num_envs=1, seed=seed)
+        obs = venv.reset()
+        noops = int(venv.episode_frames[0]) - 4   # after FIRE for one agent step of 4 frames
+        assert 1 <= noops <= 30
+        raw = gym.make("BreakoutNoFrameskip-v4", frameskip=1, repeat_action_probability=0.0,
+                       full_action_space=False, max_num_frames_per_episode=108_000)
+        skip = MaxAndSkipEnv(raw, skip=4)
+        raw.reset(seed=seed)
+        frames = [raw.step(a)[0] for a in [1] * 4 + [0] * noops]
+        # the reset frame is not max-pooled; a reset fills the stack with it
+        stack = deque([prep(frames[-1])] * 4, maxlen=4)
+        close(obs[0], np.stack(stack))
+        for t, a in enumerate(np.random.default_rng(seed).integers(0, 4, size=300)):
+            result = venv.step(np.array([a]))
+            frame, reward, *_ = skip.step(int(a))
+            stack.append(prep(frame))
+            if result.done[0]:
+                assert 0 < raw.unwrapped.ale.lives() < BREAKOUT_LIVES and t > 5
+                break
+            assert venv.raw_reward[0] == reward and result.reward[0] == np.sign(reward)
+            close(result.obs[0], np.stack(stack))
+        else:
+            raise AssertionError("no life lost in 300 random Breakout steps")
+        venv.close(), raw.close()
+
+
+def test_ale_stack_refills_at_every_done_and_video_is_refused(tmp_path):
+    venv = _make("Breakout-v5", "ale", num_envs=2, seed=1)
+    obs = venv.reset()
+    assert all(np.array_equal(obs[i, 0], obs[i, j]) for i in range(2) for j in range(4))
+    rng = np.random.default_rng(0)
+    for _ in range(5_000):
+        # random actions: with NOOP alone Breakout never serves again after a life loss
+        # (ale-py presses no FIRE then, docs/semantics.md)
+        result = venv.step(rng.integers(0, 4, size=2))
+        for i in np.flatnonzero(result.done):  # FrameStack.reset: k copies of the newest frame
+            assert all(np.array_equal(result.obs[i, 0], result.obs[i, j]) for j in range(4))
+        if result.episodes:
+            break
+    assert result.episodes, "no Breakout game over in 5000 random steps"
+    venv.close()
+    with pytest.raises(ConfigError, match="--backend envpool or gym"):
+        _make("Breakout-v5", "ale", video_dir=str(tmp_path))

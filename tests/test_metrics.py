@@ -88,6 +88,20 @@ def test_validate_row_checks_and_coerces_types():
     assert (type(out["approx_kl"]), out["approx_kl"]) == (float, 0.5)
 
 
+def test_validate_row_turns_no_value_into_null():
+    out = validate_row(make_row(1, episodic_return_mean=math.nan, episodic_length_mean=None,
+                                episodic_return_last100=np.float32("nan"),
+                                explained_variance=torch.tensor(float("nan")),
+                                value_loss=math.nan))
+    assert out["episodic_return_mean"] is None and out["episodic_length_mean"] is None
+    assert out["episodic_return_last100"] is None and out["explained_variance"] is None
+    assert math.isnan(out["value_loss"])  # a computed NaN (diverged loss) stays NaN
+    nullable = {f.name for f in ITERATION_SCHEMA if f.nullable}
+    assert nullable == {"episodic_return_mean", "episodic_length_mean",
+                        "episodic_return_last100", "envpool_avg_return_last100",
+                        "explained_variance"}
+
+
 # --- ParquetSink ----------------------------------------------------------------------------
 
 def test_parquet_reads_back_with_declared_dtypes(tmp_path):
@@ -106,7 +120,10 @@ def test_parquet_reads_back_with_declared_dtypes(tmp_path):
             assert df[c.name].dtype == np.dtype(kind), c.name
     assert df["global_step"].tolist() == [1024, 2048]
     assert df["sps"].tolist() == [1.25, 2.25]
-    assert df["episodic_return_mean"].isna().all()  # NaN stays NaN, not a dropped row or 0
+    assert df["episodic_return_mean"].isna().all()  # no value: not a dropped row or 0
+    # ... and stored as a Parquet null, not NaN (DuckDB and polars would average a NaN)
+    column = pq.read_table(path)["episodic_return_mean"]
+    assert column.null_count == 2 and ITERATION_SCHEMA.field("episodic_return_mean").nullable
 
 
 def test_parquet_rewrite_of_same_iteration_replaces_row(tmp_path):
@@ -184,8 +201,9 @@ def test_parquet_tail_rows_cost_no_rewrite_and_read_back_exactly(tmp_path):
     assert table.schema.equals(ITERATION_SCHEMA)
     assert table["iteration"].to_pylist() == list(range(1, 52))
     assert table["sps"].to_pylist()[1:] == [0.1 + 0.2 * i for i in range(2, 52)]  # exact
-    assert all(math.isnan(v) for v in table["episodic_return_mean"].to_pylist()[1:])
-    # what a resumed run starts from (repr: NaN == NaN there)
+    # no game finished: a null (validate_row), through the tail too
+    assert table["episodic_return_mean"].to_pylist()[1:] == [None] * 50
+    # what a resumed run starts from
     assert repr(ParquetSink(path).rows()) == repr(sink.rows())
     sink.flush()
     assert not parquet.tail_path(path).exists()
@@ -282,6 +300,55 @@ def test_tensorboard_scalars_and_hparams_read_back(tmp_path):
     assert text.startswith("|param|value|\n|-|-|\n")
     for line in ("|exp_name|t|", "|ppo.gamma|0.99|", "|env.num_envs|8|"):
         assert line in text.splitlines()
+
+
+def _read_events(folder) -> tuple[dict, str]:
+    """({tag: [(step, value)]}, hyperparameters text) with TensorBoard's own reader."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    ea = EventAccumulator(str(folder))
+    ea.Reload()
+    scalars = {tag: [(e.step, e.value) for e in ea.Scalars(tag)] for tag in ea.Tags()["scalars"]}
+    text = ea.Tensors("hyperparameters/text_summary")[0].tensor_proto.string_val[0].decode()
+    return scalars, text
+
+
+def test_tensorboardx_writes_what_torch_writer_wrote(tmp_path):
+    """The switch to tensorboardX changes no tag, step, value or text: the same rows through
+    torch.utils.tensorboard (the writer before) and through TensorBoardWriter read back equal."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    config = {"exp_name": "t", "ppo": {"gamma": 0.99}}
+    rows = [(make_row(1), [(10.0, 100)]), (make_row(2), None), (make_row(3), [(5.0, 50)])]
+    ours = TensorBoardWriter(tmp_path / "ours")
+    ours.add_hparams_text(config)
+    for row, episodes in rows:
+        ours.write(row, episodes)
+    ours.close()
+    before = SummaryWriter(str(tmp_path / "torch"))
+    before.add_text("hyperparameters", "|param|value|\n|-|-|\n|exp_name|t|\n|ppo.gamma|0.99|")
+    for row, episodes in rows:
+        step = row["global_step"]
+        for ret, length in episodes or ():
+            before.add_scalar("charts/episodic_return", ret, step)
+            before.add_scalar("charts/episodic_length", length, step)
+        for tag, column in tensorboard.TB_SCALARS.items():
+            before.add_scalar(tag, row[column], step)
+    before.close()
+    assert _read_events(tmp_path / "ours") == _read_events(tmp_path / "torch")
+
+
+def test_tensorboard_files_need_no_tensorboard_package(tmp_path):
+    # a None entry in sys.modules makes `import tensorboard` raise ImportError
+    code = ("import sys; sys.modules['tensorboard'] = None\n"
+            "from distppo.telemetry.tensorboard import TensorBoardWriter\n"
+            f"tb = TensorBoardWriter(r'{tmp_path}')\n"
+            "tb.add_hparams_text({'seed': 1})\n"
+            "tb.close()\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert _read_events(tmp_path)[1] == "|param|value|\n|-|-|\n|seed|1|"
 
 
 # --- EpisodeTracker -------------------------------------------------------------------------

@@ -4,11 +4,19 @@ from __future__ import annotations
 import argparse
 import shlex
 
+from distppo.errors import UserError
+
 
 def add_parser(sub) -> None:
     p = sub.add_parser("bench", help="measure SPS of training variants side by side")
     p.add_argument("--env-id", default="Breakout-v5")
-    p.add_argument("--backend", default="envpool")
+    p.add_argument("--backend", nargs="+", default=["envpool"],
+                   help="env backend of the runs; with --env-only, the backends to compare "
+                        "(default: envpool)")
+    p.add_argument("--env-only", action="store_true",
+                   help="time the vector envs alone (random actions, no policy, no learner): "
+                        "agent steps/s per --backend, --num-envs envs, --total-timesteps steps")
+    p.add_argument("--num-envs", type=int, default=8, help="envs of --env-only (default: 8)")
     p.add_argument("--algo", nargs="+", default=["ppo", "ppo_lstm"])
     p.add_argument("--total-timesteps", type=int, default=20480)
     p.add_argument("--repeats", type=int, default=3,
@@ -27,12 +35,27 @@ def add_parser(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from distppo.bench import markdown_table, parse_variants, run_bench, sink_benchmark, sink_table
+    from distppo.bench import (
+        markdown_table,
+        parse_variants,
+        run_bench,
+        run_env_bench,
+        sink_benchmark,
+        sink_table,
+    )
     if args.sink_rows is not None:
-        return _print(sink_table(sink_benchmark(args.sink_rows, args.checkpoint_every)), args.out)
-    results = run_bench(args.env_id, args.backend, args.algo, args.total_timesteps,
-                        args.repeats, parse_variants(args.variant), shlex.split(args.extra))
-    return _print(markdown_table(results), args.out)
+        table = sink_table(sink_benchmark(args.sink_rows, args.checkpoint_every))
+    elif args.env_only:
+        table = run_env_bench(args.env_id, args.backend, args.num_envs, args.total_timesteps,
+                              args.repeats)
+    elif len(args.backend) > 1:
+        raise UserError("training runs take one --backend; compare backends with --env-only, or "
+                        "with variants such as --variant 'ale=--backend ale'")
+    else:
+        results = run_bench(args.env_id, args.backend[0], args.algo, args.total_timesteps,
+                            args.repeats, parse_variants(args.variant), shlex.split(args.extra))
+        table = markdown_table(results)
+    return _print(table, args.out)
 
 
 def _print(table: str, out) -> int:

@@ -3,6 +3,10 @@
 CleanRL's names with dashes (`--learning-rate`); booleans get `--x/--no-x`; tuples take one or
 more values. A flag not given keeps the config's default (argparse.SUPPRESS), so the config,
 not the parser, owns every default.
+
+So that a CleanRL command line runs unchanged, the spellings CleanRL's scripts accepted over
+the years work too: underscores (`--capture_video`, tyro and CleanRL's benchmark scripts) and a
+boolean with a value (`--cuda False`, the argparse/strtobool scripts).
 """
 from __future__ import annotations
 
@@ -20,6 +24,35 @@ class OneLineParser(argparse.ArgumentParser):
 
     def error(self, message: str):
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+TRUE, FALSE = ("true", "t", "yes", "y", "1", "on"), ("false", "f", "no", "n", "0", "off")
+
+
+class BoolFlag(argparse.Action):
+    """`--x` or `--x VALUE` (true/false, as strtobool): True or VALUE. `--no-x` is a hidden
+    store_const beside it, so the help shows one line per boolean."""
+
+    def __init__(self, option_strings, dest, default=None, required=False, help=None):
+        super().__init__(option_strings, dest, nargs="?", default=default, required=required,
+                         help=help, metavar="BOOL")
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        text = "true" if values is None else str(values).lower()
+        if text not in TRUE + FALSE:
+            parser.error(f"{option_string} takes true or false, got {values!r}")
+        setattr(namespace, self.dest, text in TRUE)
+
+
+def normalise_argv(argv: list[str]) -> list[str]:
+    """`--capture_video` -> `--capture-video` (the name only, never a value after `=`)."""
+    out = []
+    for token in argv:
+        name, sep, value = token.partition("=")
+        if token.startswith("--") and "_" in name and " " not in name:
+            token = name.replace("_", "-") + sep + value
+        out.append(token)
+    return out
 
 
 def _kind(annotation: str) -> tuple[type, bool]:
@@ -47,8 +80,10 @@ def add_fields(group, cls, skip: tuple = (), rename: Optional[dict] = None) -> N
         shown = " ".join(map(str, default)) if many else default
         help_text = f"{docs.get(f.name, '')} (default: {shown})"
         if kind is bool:
-            group.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction,
-                               default=argparse.SUPPRESS, help=help_text)
+            group.add_argument(flag, dest=f.name, action=BoolFlag, default=argparse.SUPPRESS,
+                               help=f"{help_text[:-1]}; --no-{flag[2:]} for false)")
+            group.add_argument("--no-" + flag[2:], dest=f.name, action="store_const",
+                               const=False, default=argparse.SUPPRESS, help=argparse.SUPPRESS)
         else:
             group.add_argument(flag, dest=f.name, type=kind, default=argparse.SUPPRESS,
                                nargs="+" if many else None, metavar=f.name.upper(),

@@ -6,16 +6,33 @@ TrainingError prints one line and exits 1.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import sys
 from typing import Optional
 
 from distppo import __version__
 from distppo.cli import bench, report, sweep, train
 from distppo.cli import eval as evaluate
-from distppo.cli.flags import EXIT_USAGE, OneLineParser
+from distppo.cli.flags import EXIT_USAGE, OneLineParser, normalise_argv
 from distppo.errors import TrainingError, UserError
 
 COMMANDS = (train, evaluate, bench, sweep, report)
+# What each command imports beyond the base install (`report` needs nothing more). Ray only
+# when the run is not --local.
+NEEDS = {"train": ("torch", "ray"), "eval": ("torch",), "bench": ("torch", "ray"),
+         "sweep": ("torch", "ray")}
+
+
+def check_installed(args: argparse.Namespace) -> None:
+    """One line instead of an ImportError traceback when the `train` extra is missing."""
+    wanted = [m for m in NEEDS.get(args.command, ())
+              if not (m == "ray" and getattr(args, "local", False))]
+    missing = [m for m in wanted if sys.modules.get(m, True) is None
+               or (m not in sys.modules and importlib.util.find_spec(m) is None)]
+    if missing:
+        raise UserError(f"{' and '.join(missing)} not installed: `distppo {args.command}` needs "
+                        "the train extra: pip install 'distppo[train]' (install the torch build "
+                        "for your machine first)")
 
 
 class VersionAction(argparse.Action):
@@ -41,8 +58,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Optional[list] = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = build_parser().parse_args(normalise_argv(sys.argv[1:] if argv is None else argv))
     try:
+        check_installed(args)
         return args.handler(args)
     except UserError as exc:  # ConfigError included
         print(f"distppo {args.command}: error: {exc}", file=sys.stderr)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import glob
 
 from distppo.cli.flags import add_train_flags, given_flags
 from distppo.config import TrainConfig, resume_flags
@@ -10,8 +11,6 @@ from distppo.config import TrainConfig, resume_flags
 def add_parser(sub) -> None:
     p = sub.add_parser("train", help="train one run (PPO or PPO-LSTM)")
     add_train_flags(p)
-    p.add_argument("--cuda", action="store_true", default=False,
-                   help="require a CUDA learner (same as --device cuda); fails without a GPU")
     p.add_argument("--resume", metavar="RUN_DIR", default=None,
                    help="continue the run in RUN_DIR from its last checkpoint with its stored "
                         f"config; flags it may change: {resume_flags()}; any other flag "
@@ -20,15 +19,16 @@ def add_parser(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from distppo.core.checkpoint import model_path
     from distppo.core.loop import train
     from distppo.distributed.factory import make_backend
     given = given_flags(args)
-    if args.cuda:
-        given["device"] = "cuda"
     # with --resume the stored config is the base (core/runfolder.py), not the defaults
     cfg = TrainConfig() if args.resume else TrainConfig().replace(**given)
     paths = train(cfg, make_backend, resume=args.resume, progress=True, given=given)
     print(f"run folder:  {paths.run_dir}")
     print(f"metrics:     {paths.parquet}")
     print(f"tensorboard: tensorboard --logdir {paths.run_dir}")
+    for model in sorted(glob.glob(model_path(paths.run_dir, "*"))):  # --save-model
+        print(f"model:       {model}")
     return 0

@@ -78,3 +78,16 @@ def load_checkpoint(path: str, map_location="cpu") -> dict:
         if not isinstance(state, dict) or key not in state:
             raise UserError(f"checkpoint {path} lacks {key!r}: it was not written by distppo")
     return state
+
+
+def model_path(run_dir: str, exp_name: str) -> str:
+    """--save-model's file, named as CleanRL names it: runs/<run_name>/<exp_name>.cleanrl_model."""
+    return os.path.join(run_dir, f"{exp_name}.cleanrl_model")
+
+
+def save_model(path: str, model_state: dict) -> None:
+    """--save-model: the bare state_dict (CPU tensors), loadable into CleanRL's Agent with
+    `agent.load_state_dict(torch.load(path))`; written atomically like a checkpoint."""
+    buffer = io.BytesIO()
+    torch.save({k: v.detach().cpu() for k, v in model_state.items()}, buffer)
+    atomic_write(path, buffer.getbuffer())

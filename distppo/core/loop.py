@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import Callable, Optional, Sequence
 
 import torch
 
@@ -17,8 +17,10 @@ from distppo.core.backend import Backend, BackendInfo
 from distppo.core.checkpoint import (
     latest_checkpoint,
     load_checkpoint,
+    model_path,
     rng_state,
     save_checkpoint,
+    save_model,
     set_rng_state,
 )
 from distppo.core.rollout import RolloutMeta
@@ -32,12 +34,14 @@ from distppo.telemetry.runinfo import record_resume, write_config_json
 from distppo.telemetry.schema import LOSS_COLUMNS
 from distppo.telemetry.stats import EpisodeTracker, PhaseTimer, ReferenceReturns
 from distppo.telemetry.tensorboard import TensorBoardWriter
+from distppo.telemetry.trackers import Tracker, close_all, make_trackers
 from distppo.testing import faults
 
 BackendFactory = Callable[[TrainConfig, Optional[str]], Backend]
 OnIteration = Callable[[dict, Optional[str]], None]
 MAX_LEARNER_RECOVERIES = 3
 FLUSH_EVERY_S = 60.0  # metrics.parquet of a live run is at most this far behind its rows
+
 
 def train(cfg: TrainConfig, backend_factory: BackendFactory, resume: Optional[str] = None,
           progress: bool = True, on_iteration: Optional[OnIteration] = None,
@@ -55,8 +59,12 @@ def train(cfg: TrainConfig, backend_factory: BackendFactory, resume: Optional[st
         loop = _start(run, backend_factory, progress)
         try:
             loop.run(on_iteration)
+            if run.cfg.save_model:  # CleanRL's --save-model: the bare state_dict at the end
+                with storage_errors(run.paths.run_dir):
+                    save_model(model_path(run.paths.run_dir, run.cfg.exp_name),
+                               loop.backend.learner_state()["model"])
         except BaseException:
-            loop.close(quiet=True)  # the error that stopped the run is the one to report
+            loop.close(quiet=True, ok=False)  # the error that stopped the run is the one to report
             raise
         loop.close()
     except Exception as exc:
@@ -80,17 +88,25 @@ def _start(run: Prepared, backend_factory: BackendFactory, progress: bool) -> "L
     seed_everything(cfg.seed)
     torch.set_num_threads(cfg.runner.num_threads)
     torch.backends.cudnn.deterministic = cfg.torch_deterministic
-    backend = backend_factory(cfg, paths.videos if cfg.env.capture_video else None)
+    # Trackers first: a W&B or MLflow error stops the run before any env or actor exists
+    # (train() then removes the new run's folder).
+    trackers = make_trackers(cfg, paths.run_dir, paths.run_id)
     try:
-        loop = Loop(cfg, paths, backend, state, progress)
+        backend = backend_factory(cfg, paths.videos if cfg.env.capture_video else None)
+    except BaseException:
+        close_all(trackers, ok=False)
+        raise
+    try:
+        loop = Loop(cfg, paths, backend, state, progress, trackers)
     except BaseException:
         backend.close()
+        close_all(trackers, ok=False)
         raise
     if state is not None:  # only a resume that got going changes the stored config
         try:
             record_resume(paths.config_json, cfg, state["iteration"], run.changed)
         except BaseException:
-            loop.close(quiet=True)
+            loop.close(quiet=True, ok=False)
             raise
     return loop
 
@@ -106,7 +122,7 @@ class Loop:
     """The state of one run's iteration loop: counters, writers, the rollout in flight."""
 
     def __init__(self, cfg: TrainConfig, paths: RunPaths, backend: Backend,
-                 state: Optional[dict], progress: bool):
+                 state: Optional[dict], progress: bool, trackers: Sequence[Tracker] = ()):
         self.cfg, self.paths, self.backend = cfg, paths, backend
         self.info: BackendInfo = backend.describe()
         if progress:
@@ -126,6 +142,7 @@ class Loop:
         self.tb = self._tensorboard(resumed=state is not None)
         if state is None:
             self.tb.add_hparams_text(cfg.to_dict())
+        self.trackers = list(trackers)
         self.bar = Progress(cfg.ppo.total_timesteps) if progress else None
         self.timer = PhaseTimer()
         self.start_time = time.time() - elapsed_before  # CleanRL's SPS timer: after construction
@@ -216,6 +233,8 @@ class Loop:
             self.sink.write(row)  # the same row with its checkpoint's seconds
         with storage_errors(self.paths.run_dir):
             self.tb.write(row, list(zip(returns, lengths)))
+        for tracker in self.trackers:
+            tracker.log(row, list(zip(returns, lengths)))
         if on_iteration is not None:
             on_iteration(row, ckpt_path)
         if self.bar is not None and (iteration % cfg.log_every == 0
@@ -261,14 +280,17 @@ class Loop:
         self.iteration, self.global_step = state["iteration"], state["global_step"]
         return state["wall_clock_s"]
 
-    def close(self, quiet: bool = False) -> None:
-        """Flush the rows, close the writers, stop the backend. quiet: an error that stops the
-        run is already on its way; a second one from here (the same full disk) must not hide
-        it, so each step runs and errors are dropped."""
+    def close(self, quiet: bool = False, ok: bool = True) -> None:
+        """Flush the rows, close the writers and trackers, stop the backend. quiet: an error
+        that stops the run is already on its way; a second one from here (the same full disk)
+        must not hide it, so each step runs and errors are dropped. ok: the run reached its
+        last iteration (trackers mark their run finished, else failed)."""
         first: Optional[BaseException] = None
         for step, writes in ((self.bar.close if self.bar else None, False),
                              (self.sink.flush, True), (self.sink.close, True),
-                             (self.tb.close, True), (self.backend.close, False)):
+                             (self.tb.close, True),
+                             (lambda: close_all(self.trackers, ok), False),
+                             (self.backend.close, False)):
             try:
                 if step is not None and writes:
                     with storage_errors(self.paths.run_dir):

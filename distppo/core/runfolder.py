@@ -13,11 +13,13 @@ import torch
 
 from distppo.config import TrainConfig
 from distppo.core.checkpoint import checkpoint_dir, latest_checkpoint, load_checkpoint
+from distppo.envs.games import check_backend_installed
 from distppo.errors import UserError
 from distppo.telemetry.files import RunLock, clean_debris
 from distppo.telemetry.parquet import read_rows
 from distppo.telemetry.runinfo import default_run_name, read_config_json
 from distppo.telemetry.schema import METRICS_FILENAME
+from distppo.telemetry.trackers import check_trackers
 
 
 @dataclass
@@ -72,8 +74,10 @@ def prepare_run(cfg: TrainConfig, resume: Optional[str] = None,
                             "--resume it")
         prepared = Prepared(cfg, RunPaths(run_dir, name))
     if prepared.cfg.learner.device == "cuda" and not torch.cuda.is_available():
-        raise UserError("--cuda was given but no CUDA device is visible: drop --cuda or use "
-                        "--device cpu")
+        raise UserError("--device cuda requires a GPU but no CUDA device is visible: use "
+                        "--device auto (CUDA when available) or --device cpu")
+    check_trackers(prepared.cfg)
+    check_backend_installed(prepared.cfg.env.backend)
     return prepared
 
 

@@ -143,9 +143,10 @@ def update(agent: nn.Module, optimizer: optim.Optimizer, batch: RolloutBatch, cf
     return stats
 
 
-def resolve_device(name: str) -> torch.device:
+def resolve_device(name: str, cuda: bool = True) -> torch.device:
+    """CleanRL: cuda if torch.cuda.is_available() and args.cuda else cpu; --device overrides."""
     if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        return torch.device("cuda" if cuda and torch.cuda.is_available() else "cpu")
     return torch.device(name)
 
 
@@ -155,7 +156,7 @@ class PPOLearner:
     def __init__(self, cfg: TrainConfig, obs_shape: tuple, num_actions: int, seed: int,
                  rank: int = 0):
         self.cfg = cfg
-        self.device = resolve_device(cfg.learner.device)
+        self.device = resolve_device(cfg.learner.device, cfg.learner.cuda)
         torch.manual_seed(seed)  # same seed on every learner: identical initial weights
         self.agent = make_agent(cfg.ppo.algo, obs_shape, num_actions).to(self.device)
         self.optimizer = optim.Adam(self.agent.parameters(), lr=cfg.ppo.learning_rate, eps=1e-5)

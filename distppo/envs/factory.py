@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from distppo.envs.games import ResolvedEnv, resolve_env_id
+from distppo.envs.games import NO_ALE_VIDEO, ResolvedEnv, resolve_env_id
 from distppo.envs.types import VecEnv
 from distppo.envs.video import VideoRecorder
 from distppo.errors import ConfigError
@@ -19,8 +19,8 @@ def frame_stack(algo: str) -> int:
 # script of each backend had (docs/semantics.md). ppo_atari_envpool's benchmark ran EnvPool
 # 0.6.6 (CleanRL's poetry.lock at PR #424), registered with 108,000 *agent steps*; EnvPool
 # 0.8.2 changed the default to 27,000 (sail-sg/envpool#250). The gym scripts' v4 ids stop
-# after 108,000 emulator frames = 27,000 agent steps.
-DEFAULT_MAX_EPISODE_STEPS = {"envpool": 108_000, "gym": 27_000}
+# after 108,000 emulator frames = 27,000 agent steps, and so does ale-py's vector env.
+DEFAULT_MAX_EPISODE_STEPS = {"envpool": 108_000, "gym": 27_000, "ale": 27_000}
 
 
 def episode_limit(env_id: str, backend: str, requested: Optional[int] = None) -> Optional[int]:
@@ -54,6 +54,12 @@ def _make(resolved: ResolvedEnv, backend: str, num_envs: int, seed: int, frame_s
 
         video = VideoRecorder(video_dir, fps=15) if video_dir else None
         return EnvPoolVecEnv(resolved.backend_id, num_envs, seed, frame_stack, limit, video)
+    if backend == "ale":
+        from distppo.envs.atari_ale import AleVecEnv
+
+        if video_dir:
+            raise ConfigError(NO_ALE_VIDEO)
+        return AleVecEnv(resolved.backend_id, num_envs, seed, frame_stack, limit)
     from distppo.envs.gym_vector import GymVecEnv
 
     if resolved.kind == "atari":

@@ -2,22 +2,41 @@
 
 Atari games have two id forms that mean the same emulator set-up:
 `Breakout-v5` (EnvPool) and `BreakoutNoFrameskip-v4` (gymnasium + ale-py, CleanRL's gym
-scripts). Either form works with either backend; `resolve_env_id` maps it to the id the chosen
-backend constructs. Vector-observation ("classic") ids run the MLP path on the gym backend.
+scripts). Either form works with any backend; `resolve_env_id` maps it to the id the chosen
+backend constructs (ale-py's vector env takes `ALE/Breakout-v5`). Vector-observation
+("classic") ids run the MLP path on the gym backend.
 """
 from __future__ import annotations
 
 import csv
 import difflib
 import functools
+import importlib.util
 import warnings
 from dataclasses import dataclass
 from importlib import resources
 
 from distppo.errors import ConfigError
 
-# Vector env implementations (envs/factory.py builds them).
-BACKENDS = ("envpool", "gym")
+# Vector env implementations (envs/factory.py builds them): EnvPool, gymnasium + ale-py with
+# the DeepMind wrappers in Python, ale-py's own C++ vector env.
+BACKENDS = ("envpool", "gym", "ale")
+
+NO_ALE_VIDEO = ("videos need --backend envpool or gym: ale-py's vector env renders no frames; "
+                "drop --capture-video / --video")
+# The emulator package of the Atari backends; EnvPool has Linux wheels only (pyproject markers).
+BACKEND_MODULES = {"envpool": "envpool", "ale": "ale_py"}
+
+
+def check_backend_installed(backend: str) -> None:
+    """Before a run starts: the backend's emulator package is importable (a one-line fix)."""
+    module = BACKEND_MODULES.get(backend)
+    if module and importlib.util.find_spec(module) is None:
+        hint = ("EnvPool publishes wheels for Linux only: use --backend ale (ale-py's C++ "
+                "vector env) or gym" if module == "envpool" else "pip install 'distppo[train]'")
+        raise ConfigError(f"--backend {backend} needs the {module} package, which is not "
+                          f"installed: {hint}")
+
 
 # Our own POMDP: CartPole-v1 without the two velocity entries (see classic.py).
 CARTPOLE_NO_VEL = "CartPoleNoVel-v1"
@@ -69,7 +88,8 @@ def resolve_env_id(env_id: str, backend: str) -> ResolvedEnv:
         raise ConfigError(f"unknown backend {backend!r}: use one of {', '.join(BACKENDS)}")
     if env_id in _V5_TO_GYM or env_id in _GYM_TO_V5:
         v5, gym_id = to_v5(env_id), to_gym(env_id)
-        return ResolvedEnv("atari", v5, gym_id, v5 if backend == "envpool" else gym_id)
+        built = {"envpool": v5, "gym": gym_id, "ale": f"ALE/{v5}"}[backend]
+        return ResolvedEnv("atari", v5, gym_id, built)
     if env_id in classic_ids():
         if backend != "gym":
             raise ConfigError(f"{env_id} is a vector-observation env that only the gym backend "

@@ -22,13 +22,15 @@ from ray import tune
 from distppo.config import SweepConfig, trial_id
 from distppo.distributed.connect import connect
 from distppo.distributed.resources import check_fits, trial_bundles
-from distppo.envs.games import ATARI_57
+from distppo.envs.games import ATARI_57, check_backend_installed
 from distppo.errors import ConfigError, UserError
 from distppo.sweep.layout import ITERATIONS_FILE, SWEEP_JSON, TRIALS_FILE, TUNER_STATE
 from distppo.sweep.outputs import STATUS, trial_files, write_iterations, write_trials
 from distppo.sweep.storage import SweepStorage
+from distppo.sweep.tracking import tracking_callbacks
 from distppo.sweep.trial import run_trial
 from distppo.telemetry.progress import format_eta
+from distppo.telemetry.trackers import check_trackers
 
 # Trial bundles on one node: rollouts (uint8 frames) then move through that node's shared-memory
 # object store, and child actors draw from the group's node-wide pool, so a runner can never
@@ -163,7 +165,7 @@ def start_sweep(cfg: SweepConfig) -> SweepStorage:
             failure_config=tune.FailureConfig(max_failures=cfg.max_failures),
             # Tune's checkpoints only point at the run copies (sweep_trial.py): keep two.
             checkpoint_config=tune.CheckpointConfig(num_to_keep=2),
-            callbacks=[SweepCallback(cfg.storage, cfg.name, cfg)]))
+            callbacks=[SweepCallback(cfg.storage, cfg.name, cfg), *tracking_callbacks(cfg)]))
     tuner.fit()
     return storage
 
@@ -191,6 +193,8 @@ def resume_sweep(storage_uri: str, name: str) -> SweepStorage:
 
 def _prepare(cfg: SweepConfig, storage: SweepStorage):
     """Checks that need the cluster or the storage, then the trainable with its resources."""
+    check_trackers(cfg.train)
+    check_backend_installed(cfg.train.env.backend)
     bundles = trial_bundles(cfg.train, cfg.trial_cpus)
     created = storage.first_missing()
     storage.probe_write()  # before Ray starts: a bad URI fails in a second, not after a minute

@@ -68,9 +68,10 @@ class TrialFiles:
         row = {"trial_id": self.trial_id, "env_id": self.env_id, "algo": self.algo,
                "backend": train.env.backend, "seed": self.seed,
                "total_timesteps": train.ppo.total_timesteps, "status": self.status,
-               "global_step": 0, "wall_clock_minutes": math.nan, "sps_mean": math.nan,
-               "final_episodic_return": math.nan, "final_envpool_return": math.nan,
-               "final_xla_return": math.nan, "episodes": 0, "restarts": self.restarts,
+               # None = no value yet: a Parquet null (telemetry/schema.py)
+               "global_step": 0, "wall_clock_minutes": None, "sps_mean": None,
+               "final_episodic_return": None, "final_envpool_return": None,
+               "final_xla_return": None, "episodes": 0, "restarts": self.restarts,
                "node": "", "gpu_name": "", "versions": "{}", "git_commit": ""}
         metrics = self.metrics()
         if metrics is None or metrics.num_rows == 0:
@@ -78,9 +79,10 @@ class TrialFiles:
         record, run = self.latest[1], self._read_json("config.json")
         last = metrics.slice(metrics.num_rows - 1).to_pylist()[0]
         row.update(global_step=last["global_step"], wall_clock_minutes=record["elapsed_s"] / 60.0,
-                   sps_mean=last["sps"], final_episodic_return=last["episodic_return_last100"],
-                   final_envpool_return=_nan_if_null(last["envpool_avg_return_last100"]),
-                   final_xla_return=_nan_if_null(last["xla_avg_return_last100"]),
+                   sps_mean=last["sps"],
+                   final_episodic_return=_null_if_nan(last["episodic_return_last100"]),
+                   final_envpool_return=_null_if_nan(last["envpool_avg_return_last100"]),
+                   final_xla_return=_null_if_nan(last["xla_avg_return_last100"]),
                    episodes=int(pc.sum(metrics["episodes"]).as_py()),
                    node=record.get("node", ""), gpu_name=record.get("gpu_name", ""),
                    versions=json.dumps(run.get("versions", {}), sort_keys=True),
@@ -88,9 +90,10 @@ class TrialFiles:
         return row
 
 
-def _nan_if_null(value) -> float:
-    """A missing value as NaN, whether the metrics file wrote it as NaN or as null."""
-    return math.nan if value is None else float(value)
+def _null_if_nan(value) -> Optional[float]:
+    """A missing value as a Parquet null, whether the run's file wrote it as NaN (distppo
+    before 0.2) or as null."""
+    return None if value is None or math.isnan(value) else float(value)
 
 
 def trial_files(storage: SweepStorage, sweep: SweepConfig, trials: list,

@@ -1,4 +1,9 @@
-"""TensorBoard scalars of each iteration under CleanRL's tag names."""
+"""TensorBoard scalars of each iteration under CleanRL's tag names.
+
+Written with tensorboardX, which needs only protobuf to write event files; the full
+`tensorboard` package is needed only to view them (or, in the tests, to read them back).
+torch.utils.tensorboard would import `tensorboard` just to write a file.
+"""
 from __future__ import annotations
 
 import os
@@ -16,8 +21,8 @@ class TensorBoardWriter:
     """CleanRL's TensorBoard scalars from one schema row, x-axis global_step."""
 
     def __init__(self, log_dir: str | os.PathLike, purge_step: Optional[int] = None) -> None:
-        # Imported here so `import distppo.metrics` stays light for report.py.
-        from torch.utils.tensorboard import SummaryWriter
+        # Imported here so `import distppo.telemetry` stays light for the report.
+        from tensorboardX import SummaryWriter
         # purge_step: a resumed run hides the events its crashed predecessor wrote past the
         # checkpoint, so TensorBoard never shows two values for one step.
         self._writer = SummaryWriter(str(log_dir), purge_step=purge_step)
@@ -37,7 +42,7 @@ class TensorBoardWriter:
 
     def add_hparams_text(self, config: Mapping) -> None:
         """The "hyperparameters" text entry: a markdown table of every setting, as in CleanRL."""
-        table = "\n".join(f"|{k}|{v}|" for k, v in _flatten(config).items())
+        table = "\n".join(f"|{k}|{v}|" for k, v in flatten(config).items())
         self._writer.add_text("hyperparameters", f"|param|value|\n|-|-|\n{table}")
 
     def flush(self) -> None:
@@ -47,12 +52,12 @@ class TensorBoardWriter:
         self._writer.close()
 
 
-def _flatten(config: Mapping, prefix: str = "") -> dict:
+def flatten(config: Mapping, prefix: str = "") -> dict:
     # Nested sections (TrainConfig.to_dict()) become dotted keys: env.num_envs, ppo.gamma, ...
     out = {}
     for key, value in config.items():
         if isinstance(value, Mapping):
-            out.update(_flatten(value, f"{prefix}{key}."))
+            out.update(flatten(value, f"{prefix}{key}."))
         else:
             out[f"{prefix}{key}"] = value
     return out

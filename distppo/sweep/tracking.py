@@ -1,0 +1,64 @@
+"""W&B and MLflow for a sweep: Tune's own logger callbacks, one tracked run per trial.
+
+The same flags as `distppo train` (--track, --wandb-project-name, --wandb-entity,
+--mlflow-tracking-uri) turn them on; the trials themselves run with tracking off, so nothing
+is logged twice. Each trial's result (one per iteration) is logged under CleanRL's TensorBoard
+names (telemetry/trackers.scalars) plus the per-iteration episode columns, at step global_step
+(MLflow) or the iteration (W&B, with global_step as a metric to plot against). Group (W&B) and
+experiment (MLflow) are the sweep's --name.
+"""
+from __future__ import annotations
+
+import os
+from typing import Mapping
+
+from ray.air.integrations.mlflow import MLflowLoggerCallback
+from ray.air.integrations.wandb import WandbLoggerCallback
+
+from distppo.config import SweepConfig
+from distppo.telemetry.trackers import scalars
+
+# Per-iteration columns that have no TensorBoard scalar (their per-game points live there).
+EPISODE_COLUMNS = ("episodic_return_mean", "episodic_length_mean", "episodic_return_last100",
+                   "episodes")
+
+
+def tracked(result: Mapping) -> dict:
+    """A trial's Tune result as the trackers get it; no-value entries are left out."""
+    out = scalars(result)
+    for key in EPISODE_COLUMNS + ("global_step",):
+        value = result.get(key)
+        if value is not None and value == value:  # NaN != NaN
+            out[key] = value
+    return out
+
+
+class MlflowCallback(MLflowLoggerCallback):
+    def log_trial_result(self, iteration: int, trial, result: dict):
+        # Tune's MLflow step is timesteps_total when a result has it: our global_step.
+        super().log_trial_result(iteration, trial, {**tracked(result),
+                                                    "timesteps_total": result["global_step"]})
+
+
+class WandbCallback(WandbLoggerCallback):
+    def log_trial_result(self, iteration: int, trial, result: dict):
+        keep = {k: result[k] for k in ("training_iteration", "trial_id") if k in result}
+        super().log_trial_result(iteration, trial, {**tracked(result), **keep})
+
+
+def tracking_callbacks(cfg: SweepConfig) -> list:
+    """The Tune callbacks the sweep's tracking flags ask for (none by default)."""
+    t = cfg.train.tracking
+    callbacks: list = []
+    if t.mlflow_tracking_uri:
+        callbacks.append(MlflowCallback(tracking_uri=t.mlflow_tracking_uri,
+                                        experiment_name=cfg.name,
+                                        tags={"distppo.sweep": cfg.name}))
+    if t.track:
+        # W&B logs from one Ray actor per trial, which does not see this process's
+        # environment: pass on the settings users give W&B through it.
+        env = {key: os.environ[f"WANDB_{key.upper()}"] for key in ("mode", "dir")
+               if os.environ.get(f"WANDB_{key.upper()}")}
+        callbacks.append(WandbCallback(project=t.wandb_project_name, entity=t.wandb_entity,
+                                       group=cfg.name, **env))
+    return callbacks

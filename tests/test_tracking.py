@@ -1,0 +1,183 @@
+"""CleanRL's command line and experiment tracking: W&B offline runs and MLflow file stores,
+read back with each library's own client (W&B: its record file), against metrics.parquet."""
+from __future__ import annotations
+
+import json
+import struct
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+
+from distppo.core.models import make_agent
+
+from conftest import assert_engines_agree, assert_one_line_error, run_cli
+
+TINY = ["--num-envs", "2", "--num-steps", "8", "--num-minibatches", "2", "--total-timesteps", "48"]
+CARTPOLE = ["--local", "--env-id", "CartPole-v1", "--backend", "gym", *TINY]
+FILE_STORE = {"MLFLOW_ALLOW_FILE_STORE": "true"}  # MLflow 3 wants an opt-in for file stores
+
+
+def wandb_records(run_dir: Path) -> list:
+    """Every record of the one offline W&B run under run_dir, parsed with wandb's protobuf.
+
+    The .wandb file is a LevelDB-style log (32 KiB blocks of crc32/length/type-framed chunks)
+    after a 7-byte W&B header; wandb ships the Record message but no reader."""
+    from wandb.proto import wandb_internal_pb2 as pb
+
+    (path,) = run_dir.glob("**/run-*.wandb")
+    data, pos, block, chunk, out = path.read_bytes(), 7, 32768, b"", []
+    assert data[:4] == b":W&B"
+    while pos + 7 <= len(data):
+        left = block - pos % block
+        _crc, length, kind = struct.unpack("<IHB", data[pos:pos + 7])
+        if left < 7 or (kind == 0 and length == 0):  # block trailer / zero padding
+            pos += left
+            continue
+        chunk += data[pos + 7:pos + 7 + length]
+        pos += 7 + length
+        if kind in (1, 4):  # FULL or LAST chunk of a record
+            record = pb.Record()
+            record.ParseFromString(chunk)
+            out.append(record)
+            chunk = b""
+    return out
+
+
+def wandb_history(records) -> list[dict]:
+    # a key with "/" (charts/SPS) arrives split into nested_key
+    return [{i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in r.history.item}
+            for r in records if r.WhichOneof("record_type") == "history"]
+
+
+def mlflow_metric(client, run_id: str, key: str) -> list[tuple[int, float]]:
+    return sorted((m.step, m.value) for m in client.get_metric_history(run_id, key))
+
+
+def assert_points(points, steps, values) -> None:
+    assert [s for s, _ in points] == list(steps)
+    assert [v for _, v in points] == pytest.approx(list(values))
+
+
+@pytest.mark.slow
+def test_cleanrl_envpool_command_line_runs_unchanged(ray_cluster, tmp_path):
+    """ppo_atari_envpool.py's flags, as CleanRL's benchmark passes them (underscores, --cuda
+    meaning "when available", --track to an offline W&B run, --save-model), on the Ray path."""
+    cleanrl = ["--exp-name", "ppo_atari_envpool", "--env-id", "Breakout-v5", "--seed", "1",
+               "--torch-deterministic", "--cuda", "--track", "--wandb-project-name", "x",
+               "--wandb-entity", "openrlbenchmark", "--capture_video", "--save-model",
+               "--total-timesteps", "256", "--num-envs", "4", "--num-steps", "32",
+               "--num_minibatches", "2", "--update-epochs", "1", "--anneal-lr", "True"]
+    proc = run_cli("train", *cleanrl, "--output-dir", tmp_path, "--run-name", "r",
+                   env={"WANDB_MODE": "offline"}, timeout=400)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    run_dir = tmp_path / "r"
+    stored = json.loads((run_dir / "config.json").read_text())["config"]
+    assert stored["learner"]["cuda"] is True and stored["env"]["capture_video"] is True
+    assert stored["tracking"] == {"track": True, "wandb_project_name": "x",
+                                  "wandb_entity": "openrlbenchmark", "mlflow_tracking_uri": None}
+    assert "on cpu" in proc.stdout  # --cuda on a machine without a GPU: the CPU, as CleanRL
+
+    records = wandb_records(run_dir)
+    (run,) = [r.run for r in records if r.WhichOneof("record_type") == "run"]
+    assert (run.project, run.entity, run.display_name) == ("x", "openrlbenchmark", "r")
+    config = {u.key: json.loads(u.value_json) for u in run.config.update}
+    assert config["ppo"]["num_steps"] == 32 and config["exp_name"] == "ppo_atari_envpool"
+    rows = pd.read_parquet(run_dir / "metrics.parquet")
+    history = [h for h in wandb_history(records) if "charts/SPS" in h]
+    assert [h["global_step"] for h in history] == rows["global_step"].tolist()
+    assert [h["charts/SPS"] for h in history] == pytest.approx(rows["sps"].tolist())
+    assert [h["losses/approx_kl"] for h in history] == pytest.approx(rows["approx_kl"].tolist())
+
+    # --save-model: CleanRL's file name, CleanRL's Agent parameter names, plain tensors
+    state = torch.load(run_dir / "ppo_atari_envpool.cleanrl_model", weights_only=True)
+    agent = make_agent("ppo", (4, 84, 84), 4)
+    agent.load_state_dict(state)
+    assert list(state) == ["network.0.weight", "network.0.bias", "network.2.weight",
+                           "network.2.bias", "network.4.weight", "network.4.bias",
+                           "network.7.weight", "network.7.bias", "actor.weight", "actor.bias",
+                           "critic.weight", "critic.bias"]
+    assert list((run_dir / "videos").glob("*.mp4"))
+
+
+@pytest.mark.slow
+def test_mlflow_run_in_a_file_store(tmp_path, monkeypatch):
+    from mlflow.tracking import MlflowClient
+
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # for the reading client here
+    uri = (tmp_path / "mlruns").as_uri()
+    proc = run_cli("train", *CARTPOLE, "--exp-name", "cartpole", "--mlflow-tracking-uri", uri,
+                   "--output-dir", tmp_path, "--run-name", "r", env=FILE_STORE, timeout=180)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = pd.read_parquet(tmp_path / "r" / "metrics.parquet")
+    client = MlflowClient(tracking_uri=uri)
+    experiment = client.get_experiment_by_name("cartpole")
+    (run,) = client.search_runs([experiment.experiment_id])
+    assert run.info.run_name == "r" and run.info.status == "FINISHED"
+    assert run.data.params["ppo.num_steps"] == "8" and run.data.params["env.env_id"] == \
+        "CartPole-v1"
+    sps = mlflow_metric(client, run.info.run_id, "charts/SPS")
+    assert_points(sps, rows["global_step"], rows["sps"])
+    # one point per finished game, as TensorBoard's charts/episodic_return; no NaN anywhere
+    games = mlflow_metric(client, run.info.run_id, "charts/episodic_return")
+    assert len(games) == rows["episodes"].sum() > 0
+    assert json.loads((tmp_path / "r" / "tracking.json").read_text()) == {
+        "mlflow_run_id": run.info.run_id}
+
+
+def test_tracker_that_cannot_start_is_one_line_and_leaves_no_run(tmp_path):
+    uri = (tmp_path / "mlruns").as_uri()  # without MLflow's file-store opt-in
+    proc = run_cli("train", *CARTPOLE, "--mlflow-tracking-uri", uri, "--output-dir",
+                   tmp_path / "runs", "--run-name", "r", timeout=180)
+    assert_one_line_error(proc, "--mlflow-tracking-uri", "could not start",
+                          "MLFLOW_ALLOW_FILE_STORE")
+    assert not (tmp_path / "runs" / "r").exists()
+
+
+def test_no_cuda_and_device_cuda_contradict(tmp_path):
+    proc = run_cli("train", *CARTPOLE, "--no-cuda", "--device", "cuda", "--output-dir", tmp_path,
+                   timeout=120)
+    assert_one_line_error(proc, "--device cuda contradicts --no-cuda")
+    bad = run_cli("train", *CARTPOLE, "--cuda", "maybe", "--output-dir", tmp_path, timeout=120)
+    assert_one_line_error(bad, "--cuda takes true or false")
+    assert not any(tmp_path.iterdir())
+
+
+@pytest.mark.slow
+def test_sweep_tracks_to_mlflow_and_wandb_and_reads_the_same_everywhere(ray_cluster, tmp_path,
+                                                                       monkeypatch):
+    from mlflow.tracking import MlflowClient
+
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    uri = (tmp_path / "mlruns").as_uri()
+    proc = run_cli("sweep", "--games", "CartPole-v1", "--seeds", "1", "2", "--backend", "gym",
+                   "--num-envs", "2", "--num-steps", "8", "--num-minibatches", "2",
+                   "--update-epochs", "1", "--total-timesteps", "48", "--checkpoint-every", "1",
+                   "--trial-cpus", "0.5", "--runner-cpus", "0.5", "--learner-cpus", "0.5",
+                   "--mlflow-tracking-uri", uri, "--track", "--wandb-project-name", "x",
+                   "--storage", tmp_path, "--name", "tracked", timeout=420,
+                   env={**FILE_STORE, "WANDB_MODE": "offline", "WANDB_DIR": str(tmp_path)})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    sweep = tmp_path / "tracked"
+    iterations = pd.read_parquet(sweep / "iterations.parquet")
+    client = MlflowClient(tracking_uri=uri)
+    experiment = client.get_experiment_by_name("tracked")
+    runs = {r.info.run_name: r for r in client.search_runs([experiment.experiment_id])}
+    assert set(runs) == {"CartPole-v1__ppo__1", "CartPole-v1__ppo__2"}
+    for trial_id, run in runs.items():
+        mine = iterations[iterations["trial_id"] == trial_id]
+        sps = mlflow_metric(client, run.info.run_id, "charts/SPS")
+        assert_points(sps, mine["global_step"], mine["sps"])
+        assert run.data.params["env_id"] == "CartPole-v1"
+    # the trials did not track themselves (no W&B or MLflow run per trial process)
+    assert not list((sweep / "runs").glob("**/tracking.json"))
+    wandb_runs = [wandb_records(p) for p in tmp_path.glob("**/offline-run-*")]
+    assert len(wandb_runs) == 2
+    for records in wandb_runs:
+        steps = [h["global_step"] for h in wandb_history(records) if "global_step" in h]
+        assert steps == [16, 32, 48], [r.WhichOneof("record_type") for r in records]
+    # no value is a null in both sweep files, and every engine aggregates them alike
+    assert_engines_agree(sweep / "iterations.parquet", must_have_nulls=(
+        "episodic_return_mean", "episodic_length_mean", "episodic_return_last100"))
+    assert_engines_agree(sweep / "trials.parquet")
