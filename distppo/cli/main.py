@@ -20,7 +20,7 @@ COMMANDS = (train, evaluate, bench, sweep, status, plan, report)
 # What each command imports beyond the base install (`report` needs nothing more). Ray only
 # when the run is not --local.
 NEEDS = {"train": ("torch", "ray"), "eval": ("torch",), "bench": ("torch", "ray"),
-         "sweep": ("torch", "ray"), "plan": ("torch", "ray")}
+         "sweep": ("torch", "ray")}
 
 
 def check_installed(args: argparse.Namespace) -> None:

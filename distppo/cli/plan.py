@@ -51,6 +51,10 @@ def run(args: argparse.Namespace) -> int:
         raise UserError("give --from-sweep or --from-bench, not both")
     rates = (rates_from_sweep(args.from_sweep) if args.from_sweep
              else rates_from_bench(args.from_bench) if args.from_bench else None)
-    plan = make_plan(cfg, cluster, rates)
+    reference = None
+    if rates is None:
+        from distppo.report.references import reference_minutes
+        reference = reference_minutes(cfg)
+    plan = make_plan(cfg, cluster, rates, reference)
     print(json.dumps(plan) if args.json else format_plan(plan))
     return 0

@@ -37,7 +37,7 @@ def add_sweep_flags(p: argparse.ArgumentParser) -> argparse._ArgumentGroup:
 
 def sweep_config(args: argparse.Namespace) -> SweepConfig:
     """The SweepConfig of the flags given (the rest keep SweepConfig's defaults)."""
-    from distppo.sweep.driver import expand_games  # with Ray: the driver owns the grid
+    from distppo.envs.games import expand_games
     if not args.games:
         raise ConfigError("--games is required (atari57, env ids or a file of ids)")
     kw = {k: tuple(v) if isinstance(v, list) else v for k, v in vars(args).items()

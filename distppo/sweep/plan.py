@@ -18,7 +18,6 @@ from typing import Optional
 from distppo.config import SweepConfig
 from distppo.distributed.resources import trial_bundles, trials_per_node
 from distppo.errors import UserError
-from distppo.report import references
 from distppo.sweep.schedule import lpt_makespan
 from distppo.sweep.status import read_status
 
@@ -97,52 +96,29 @@ def rates_from_bench(path: str) -> Rates:
     return Rates(sps, overhead, f"bench {path} ({len(runs)} run(s) of {env_id})")
 
 
-def trial_minutes(sweep: SweepConfig, rates: Optional[Rates]) -> tuple[list, str]:
-    """([minutes of each grid point], how they were made)."""
+def trial_minutes(sweep: SweepConfig, rates: Rates) -> tuple[list, str]:
+    """([minutes of each grid point], how they were made) from measured SPS."""
     steps = sweep.train.ppo.total_timesteps
-    if rates is not None:
-        known = list(rates.sps.values())
-        mean = statistics.mean(known)
-        minutes, guessed = [], 0
-        for env_id, algo, _ in sweep.grid():
-            sps = rates.sps.get((env_id, algo))
-            guessed += sps is None
-            minutes.append((rates.overhead_s + steps / (sps or mean)) / 60)
-        return minutes, (
-            f"measured: {rates.source}; {steps:,} steps / SPS of the same game and algo, else "
-            f"the mean of the {len(known)} measured ({mean:,.0f} SPS) for {guessed} of "
-            f"{len(minutes)} trials; + {rates.overhead_s:,.1f} s start-up per trial; assumes "
-            "the cluster runs a trial as fast as the measured machine")
-    return _reference_minutes(sweep, steps)
-
-
-def _reference_minutes(sweep: SweepConfig, steps: int) -> tuple[list, str]:
-    backend = sweep.train.env.backend
-    table = references.runtimes()
-    per_algo, notes = {}, []
-    for algo in sweep.algos:
-        name = references.MATCHING_SCRIPT.get((algo, backend))
-        rows = table[table["algo"] == name]
-        if rows.empty:
-            raise UserError(f"no measurement and no CleanRL reference runtime for {algo} on "
-                            f"{backend}: pass --from-sweep DIR or --from-bench FILE")
-        known = dict(zip(rows["game"], rows["minutes"]))
-        mean = float(rows["minutes"].mean())
-        per_algo[algo] = (known, mean)
-        hits = sum(references.game_key(g) in known for g in sweep.games)
-        notes.append(f"{algo}: {name} ({hits} of {len(sweep.games)} games listed, the rest at "
-                     f"their mean {mean:.1f} min)")
-    minutes = []
+    known = list(rates.sps.values())
+    mean = statistics.mean(known)
+    minutes, guessed = [], 0
     for env_id, algo, _ in sweep.grid():
-        known, mean = per_algo[algo]
-        base = float(known.get(references.game_key(env_id), mean))
-        minutes.append(base * steps / references.REFERENCE_STEPS)
+        sps = rates.sps.get((env_id, algo))
+        guessed += sps is None
+        minutes.append((rates.overhead_s + steps / (sps or mean)) / 60)
     return minutes, (
-        "NO MEASUREMENT: CleanRL's reference minutes per 10M steps (runtimes.csv), scaled to "
-        f"{steps:,} steps; " + "; ".join(notes) + "; CleanRL's hardware, one GPU per run")
+        f"measured: {rates.source}; {steps:,} steps / SPS of the same game and algo, else "
+        f"the mean of the {len(known)} measured ({mean:,.0f} SPS) for {guessed} of "
+        f"{len(minutes)} trials; + {rates.overhead_s:,.1f} s start-up per trial; assumes "
+        "the cluster runs a trial as fast as the measured machine")
 
 
-def make_plan(sweep: SweepConfig, cluster: Cluster, rates: Optional[Rates]) -> dict:
+def make_plan(sweep: SweepConfig, cluster: Cluster, rates: Optional[Rates],
+              reference: Optional[tuple[list, str]] = None) -> dict:
+    """The plan; trial minutes from `rates`, or without them from `reference` ([minutes per
+    grid point], how they were made: report/references.reference_minutes)."""
+    if rates is None and reference is None:
+        raise UserError("no measurement and no reference minutes to plan with")
     bundles = trial_bundles(sweep.train, sweep.trial_cpus)
     need = {k: sum(b.get(k, 0.0) for b in bundles) for k in ("CPU", "GPU")}
     node = {"CPU": cluster.cpus_per_node, "GPU": cluster.gpus_per_node}
@@ -154,7 +130,7 @@ def make_plan(sweep: SweepConfig, cluster: Cluster, rates: Optional[Rates]) -> d
     slots = per_node * cluster.nodes
     capped = bool(sweep.max_concurrent_trials) and sweep.max_concurrent_trials < slots
     slots = sweep.max_concurrent_trials if capped else slots
-    minutes, source = trial_minutes(sweep, rates)
+    minutes, source = trial_minutes(sweep, rates) if rates is not None else reference
     makespan_h = lpt_makespan(minutes, slots) / 60
     node_h = makespan_h * cluster.nodes
     gpu_trial_h = sum(minutes) / 60 * need["GPU"]
