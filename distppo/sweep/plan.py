@@ -58,22 +58,35 @@ class Figure:
 
 
 def rates_from_sweep(uri: str) -> Rates:
-    """SPS of every trial of a sweep that has rows (done, running or killed alike)."""
+    """SPS of every trial of a sweep that has rows (done, running or killed alike), and the
+    seconds a trial costs beyond training: inside the trial (wall-clock minus steps / SPS, of
+    its done trials) and, when the sweep ended with --max-concurrent-trials set, between
+    trials (Tune's worker start and scheduling: slot time makespan x slots not spent in trials,
+    per trial)."""
     status = read_status(uri)
     sps: dict = {}
-    overheads = []
+    inside, walls = [], []
     for t in status.trials:
         if not t.sps_mean:
             continue
         sps.setdefault((t.env_id, t.algo), []).append(t.sps_mean)
         if t.state == "done":  # trial seconds beyond training: only a whole trial shows them
-            overheads.append(max(t.wall_clock_s - t.global_step / t.sps_mean, 0.0))
+            inside.append(max(t.wall_clock_s - t.global_step / t.sps_mean, 0.0))
+            walls.append(t.wall_clock_s)
     if not sps:
         raise UserError(f"--from-sweep {uri}: no trial has measured rows yet")
+    between, how = 0.0, "not measured: the sweep is unfinished or set no --max-concurrent-trials"
+    if status.state == "finished" and walls and status.concurrency_from == \
+            "max_concurrent_trials" and status.makespan_s:
+        slots = min(status.concurrency, len(walls))
+        between = max(status.makespan_s * slots - sum(walls), 0.0) / len(walls)
+        how = f"its makespan x {slots} slots less its trials' wall-clock, per trial"
     n = sum(len(v) for v in sps.values())
-    return Rates({k: statistics.mean(v) for k, v in sps.items()},
-                 statistics.mean(overheads) if overheads else 0.0,
-                 f"sweep {uri} ({n} trial(s) with rows, {len(overheads)} done)")
+    overhead = (statistics.mean(inside) if inside else 0.0) + between
+    return Rates({k: statistics.mean(v) for k, v in sps.items()}, overhead,
+                 f"sweep {uri} ({n} trial(s) with rows, {len(walls)} done; start-up per trial "
+                 f"{overhead - between:,.1f} s in the trial + {between:,.1f} s between trials, "
+                 f"{how})")
 
 
 def rates_from_bench(path: str) -> Rates:
