@@ -3,6 +3,9 @@ the sweep's own trial_bundles, reference minutes from runtimes.csv, the CLI (fas
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -13,7 +16,9 @@ from distppo.report.references import reference_minutes, runtimes
 from distppo.sweep.plan import Cluster, Rates, make_plan
 from distppo.sweep.schedule import lpt_makespan
 
-from conftest import assert_one_line_error, run_cli
+from conftest import REPO, assert_one_line_error, run_cli
+
+REPO_DATA = Path(REPO) / "tests" / "data"
 
 
 def test_lpt_hand_cases():
@@ -168,3 +173,18 @@ def test_plan_predicts_this_machines_sweep(ray_cluster, tmp_path):
           + ", ".join(f"{t['wall_clock_s']:.1f}" for t in status["trials"]) + " s; "
           + {f["name"]: f for f in plan["figures"]}["per-trial minutes (mean)"]["assumption"])
     assert TOLERANCE[0] <= actual / predicted <= TOLERANCE[1]
+
+
+def test_status_and_plan_need_neither_ray_nor_torch():
+    # what `pip install 'distppo[report]'` gives: status and plan run on a laptop
+    code = ("import sys\nfor m in ('ray', 'torch'): sys.modules[m] = None\n"
+            "from distppo.cli.main import main\n"
+            f"assert main(['status', {str(REPO_DATA / 'sweep-tiny')!r}, '--json']) == 0\n"
+            "assert main(['plan', '--games', 'atari57', '--nodes', '2', '--cpus-per-node', '8',"
+            " '--json']) == 0\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    status, plan = (json.loads(line) for line in proc.stdout.splitlines())
+    assert status["state"] in ("finished", "interrupted") and status["trials"]
+    assert plan["trials_per_node"] == 2 and not plan["measured"]  # 8 CPUs / 3 per trial
