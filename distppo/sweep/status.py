@@ -34,6 +34,7 @@ from distppo.telemetry.parquet import TAIL_SUFFIX
 from distppo.telemetry.schema import METRICS_FILENAME, validate_row
 
 STALE_AFTER_S = 300.0  # Tune syncs a trial's results to object stores every few minutes
+STATUS_COLUMNS = ("iteration", "global_step", "wall_clock_s", "sps", "runner_restarts")
 RECENT_ROWS = 5  # current SPS: over the last rows, not the run's mean
 RESULT_TAIL_BYTES = 64 * 1024  # the end of result.json is enough for its last rows
 STATE_RULES = (
@@ -216,7 +217,11 @@ def _copy_rows(fs, path: str) -> list[dict]:
     as telemetry/parquet.read_rows reads a local run folder."""
     rows: dict = {}
     try:
-        table = pq.read_table(posixpath.join(path, METRICS_FILENAME), filesystem=fs)
+        # only the columns status shows: a 10M-step run has ~10k rows of ~40 columns
+        with fs.open_input_file(posixpath.join(path, METRICS_FILENAME)) as f:
+            parquet = pq.ParquetFile(f)
+            names = parquet.schema_arrow.names  # an older run may lack a column
+            table = parquet.read(columns=[c for c in STATUS_COLUMNS if c in names])
         for row in table.to_pylist():
             rows[row["iteration"]] = row
     except (OSError, pa.ArrowException):
