@@ -7,6 +7,7 @@ tree (driver, Ray daemons, actors).
 """
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import statistics
@@ -106,6 +107,15 @@ def markdown_table(results: dict) -> str:
                      f"{statistics.median(r['peak_rss_mb'] for r in runs):,.0f} | "
                      + " | ".join(phases) + " |")
     return "\n".join(lines) + "\n"
+
+
+def write_json(path: str, results: dict, **setup) -> None:
+    """The runs of run_bench() as JSON: setup (env_id, backend, total_timesteps) and one entry
+    per run (algo, variant, sps, wall_s, peak_rss_mb, phase seconds); `distppo plan` reads it."""
+    runs = [dict(algo=algo, variant=variant, **run)
+            for (algo, variant), rs in results.items() for run in rs]
+    with open(path, "w") as f:
+        json.dump(dict(setup, runs=runs), f, indent=2)
 
 
 def run_bench(env_id: str, backend: str, algos: list[str], total_timesteps: int, repeats: int,

@@ -1,4 +1,6 @@
 """`distppo bench` end to end on a tiny config (a functional test: no speed is asserted)."""
+import json
+
 from conftest import run_cli
 
 
@@ -8,12 +10,23 @@ def test_bench_table(tmp_path):
                    "--total-timesteps", "256", "--repeats", "1", "--extra",
                    "--num-envs 2 --num-steps 64 --num-minibatches 2",
                    "--variant", "local=--local", "--variant", "local2=--local --num-env-runners 2",
-                   "--out", out, timeout=300)
+                   "--out", out, "--json", tmp_path / "bench.json", timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     rows = [line for line in out.read_text().splitlines() if line.startswith("| ppo |")]
     assert [r.split("|")[2].strip() for r in rows] == ["local", "local2"]
     assert rows[0].split("|")[5].strip() == "1.00"  # ratios are relative to the first variant
     assert float(rows[1].split("|")[3].replace(",", "")) > 0
+    # --json: every run's numbers, what `distppo plan --from-bench` reads
+    data = json.loads((tmp_path / "bench.json").read_text())
+    assert (data["env_id"], data["backend"], data["total_timesteps"]) == ("CartPole-v1", "gym", 256)
+    assert [(r["algo"], r["variant"]) for r in data["runs"]] == [("ppo", "local"),
+                                                                  ("ppo", "local2")]
+    assert all(r["sps"] > 0 and r["wall_s"] > 256 / r["sps"] for r in data["runs"])
+    plan = run_cli("plan", "--games", "CartPole-v1", "--backend", "gym", "--seeds", "1",
+                   "--nodes", "1", "--cpus-per-node", "4", "--from-bench",
+                   tmp_path / "bench.json", "--json", timeout=120)
+    assert plan.returncode == 0, plan.stderr
+    assert json.loads(plan.stdout)["measured"]
 
 
 def test_bench_bad_variant():

@@ -26,6 +26,9 @@ def add_parser(sub) -> None:
                         "(repeatable; default: local=--local and ray=)")
     p.add_argument("--extra", default="", help="train flags added to every variant")
     p.add_argument("--out", default=None, help="also write the markdown table to this file")
+    p.add_argument("--json", default=None, metavar="FILE", dest="json_out",
+                   help="also write every training run's numbers to this JSON file (what "
+                        "`distppo plan --from-bench` reads)")
     p.add_argument("--sink-rows", type=int, default=None, metavar="N",
                    help="instead: the summed cost of writing N metrics rows as a run does "
                         "(e.g. 9765 = 10M steps of 1,024), against one rewrite per row")
@@ -42,6 +45,7 @@ def run(args: argparse.Namespace) -> int:
         run_env_bench,
         sink_benchmark,
         sink_table,
+        write_json,
     )
     if args.sink_rows is not None:
         table = sink_table(sink_benchmark(args.sink_rows, args.checkpoint_every))
@@ -55,6 +59,9 @@ def run(args: argparse.Namespace) -> int:
         results = run_bench(args.env_id, args.backend[0], args.algo, args.total_timesteps,
                             args.repeats, parse_variants(args.variant), shlex.split(args.extra))
         table = markdown_table(results)
+        if args.json_out:
+            write_json(args.json_out, results, env_id=args.env_id, backend=args.backend[0],
+                       total_timesteps=args.total_timesteps)
     return _print(table, args.out)
 
 

@@ -1,4 +1,4 @@
-"""`distppo train | eval | bench | sweep | report`: one module per subcommand (parser + handler).
+"""`distppo train | eval | bench | sweep | status | plan | report`: one module per subcommand.
 
 User mistakes (ConfigError, UserError, bad flags) print one line and exit 2, no traceback;
 TrainingError prints one line and exits 1.
@@ -11,12 +11,12 @@ import sys
 from typing import Optional
 
 from distppo import __version__
-from distppo.cli import bench, report, sweep, train
+from distppo.cli import bench, plan, report, status, sweep, train
 from distppo.cli import eval as evaluate
 from distppo.cli.flags import EXIT_USAGE, OneLineParser, normalise_argv
 from distppo.errors import TrainingError, UserError
 
-COMMANDS = (train, evaluate, bench, sweep, report)
+COMMANDS = (train, evaluate, bench, sweep, status, plan, report)
 # What each command imports beyond the base install (`report` needs nothing more). Ray only
 # when the run is not --local.
 NEEDS = {"train": ("torch", "ray"), "eval": ("torch",), "bench": ("torch", "ray"),

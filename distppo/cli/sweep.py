@@ -16,20 +16,37 @@ GRID_FIELDS = ("env_id", "algo", "seed", "output_dir", "run_name", "log_every")
 
 def add_parser(sub) -> None:
     p = sub.add_parser("sweep", help="run games x algos x seeds as Ray Tune trials, resumable")
+    group = add_sweep_flags(p)
+    group.add_argument("--resume", action="store_true", default=False,
+                       help="continue the sweep in <storage>/<name>: finished trials stay, the "
+                            "rest resume from their last checkpoint; its stored settings win")
+    p.set_defaults(handler=run)
+
+
+def add_sweep_flags(p: argparse.ArgumentParser) -> argparse._ArgumentGroup:
+    """--games, SweepConfig's fields and every train flag: shared with `distppo plan`, so a
+    plan is made of the very config the same flags give `distppo sweep`."""
     group = p.add_argument_group("sweep")
     group.add_argument("--games", nargs="+", default=None, metavar="GAME",
                        help="`atari57`, env ids (Breakout-v5, CartPole-v1, ...), or files with "
                             "one id per line; required unless --resume")
     add_fields(group, SweepConfig, skip=("games",), rename={"algos": "--algo"})
-    group.add_argument("--resume", action="store_true", default=False,
-                       help="continue the sweep in <storage>/<name>: finished trials stay, the "
-                            "rest resume from their last checkpoint; its stored settings win")
     add_train_flags(p, skip=GRID_FIELDS)
-    p.set_defaults(handler=run)
+    return group
+
+
+def sweep_config(args: argparse.Namespace) -> SweepConfig:
+    """The SweepConfig of the flags given (the rest keep SweepConfig's defaults)."""
+    from distppo.envs.games import expand_games
+    if not args.games:
+        raise ConfigError("--games is required (atari57, env ids or a file of ids)")
+    kw = {k: tuple(v) if isinstance(v, list) else v for k, v in vars(args).items()
+          if k in SweepConfig.__dataclass_fields__ and k != "games"}
+    return SweepConfig(train=train_config(args), games=expand_games(args.games), **kw)
 
 
 def run(args: argparse.Namespace) -> int:
-    from distppo.sweep.driver import expand_games, final_report, resume_sweep, start_sweep
+    from distppo.sweep.driver import final_report, resume_sweep, start_sweep
     given = {k: v for k, v in vars(args).items() if k in SweepConfig.__dataclass_fields__}
     storage = given.get("storage", SweepConfig.storage)
     name = given.get("name", SweepConfig.name)
@@ -39,8 +56,5 @@ def run(args: argparse.Namespace) -> int:
         if not args.games:
             raise ConfigError("--games is required (atari57, env ids or a file of ids) unless "
                               "--resume")
-        kw = {k: tuple(v) if isinstance(v, list) else v for k, v in given.items()
-              if k != "games"}
-        cfg = SweepConfig(train=train_config(args), games=expand_games(args.games), **kw)
-        result = start_sweep(cfg)
+        result = start_sweep(sweep_config(args))
     return final_report(result)

@@ -60,3 +60,16 @@ def check_fits(bundles: list[dict], nodes: list[dict]) -> None:
         f"each trial needs {', '.join(f'{v:g} {k}' for k, v in need.items())} on one node "
         f"but the largest Ray node has {have}: lower --trial-cpus/--runner-cpus/"
         f"--num-env-runners/--learner-cpus/--learner-gpus (fractions are fine) or add nodes")
+
+
+def trials_per_node(bundles: list[dict], node: dict) -> int:
+    """How many trials of these bundles one node with `node` resources ({"CPU": 16, "GPU": 1})
+    holds at once. A trial's bundles all go to one node (the sweep's STRICT_PACK), so this is
+    the node's amount over the trial's summed need, floored, for its scarcest resource. Pure:
+    `distppo plan` sizes a cluster it does not have with it."""
+    need: Counter = Counter()
+    for bundle in bundles:
+        need.update({k: v for k, v in bundle.items() if v})
+    if not need:
+        raise UserError("a trial that reserves no resources cannot be packed")
+    return min(int(node.get(k, 0.0) / v + 1e-9) for k, v in need.items())

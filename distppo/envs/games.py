@@ -12,9 +12,11 @@ import csv
 import difflib
 import functools
 import importlib.util
+import os
 import warnings
 from dataclasses import dataclass
 from importlib import resources
+from typing import Sequence
 
 from distppo.errors import ConfigError
 
@@ -143,3 +145,17 @@ def _unknown(env_id: str) -> ConfigError:
         "use an Atari-57 id such as Breakout-v5 / BreakoutNoFrameskip-v4 or a classic id such "
         "as CartPole-v1")
     return ConfigError(f"unknown env id {env_id!r}: {hint}")
+
+
+def expand_games(values: Sequence[str]) -> tuple[str, ...]:
+    """`atari57`, env ids and files with one id per line (`#` comments) -> ids, first seen first."""
+    out: list[str] = []
+    for value in values:
+        if value == "atari57":
+            out += ATARI_57
+        elif os.path.isfile(value):
+            with open(value) as f:
+                out += [line.split("#")[0].strip() for line in f if line.split("#")[0].strip()]
+        else:
+            out.append(value)
+    return tuple(dict.fromkeys(out))

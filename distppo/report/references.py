@@ -20,6 +20,7 @@ from typing import Optional, Sequence
 
 import pandas as pd
 
+from distppo.config import SweepConfig
 from distppo.envs.games import ATARI_57, to_gym, to_v5
 from distppo.errors import UserError
 
@@ -216,3 +217,34 @@ def source_docs(name: str) -> dict[str, list[str]]:
     """Which docs a reference name's runtime and return numbers come from."""
     return {kind: sorted(set(df.loc[df["algo"] == name, "source_doc"]))
             for kind, df in (("runtimes", runtimes()), ("returns", returns()))}
+
+
+def reference_minutes(sweep: SweepConfig) -> tuple[list, str]:
+    """([minutes of each grid point of the sweep], how they were made) from runtimes.csv: the
+    CleanRL script matching the algo and backend, per game where it lists the game, else the
+    mean of the games it lists; scaled to the sweep's steps. `distppo plan` without a
+    measurement."""
+    steps = sweep.train.ppo.total_timesteps
+    backend = sweep.train.env.backend
+    table = runtimes()
+    per_algo, notes = {}, []
+    for algo in sweep.algos:
+        name = MATCHING_SCRIPT.get((algo, backend))
+        rows = table[table["algo"] == name]
+        if rows.empty:
+            raise UserError(f"no measurement and no CleanRL reference runtime for {algo} on "
+                            f"{backend}: pass --from-sweep DIR or --from-bench FILE")
+        known = dict(zip(rows["game"], rows["minutes"]))
+        mean = float(rows["minutes"].mean())
+        per_algo[algo] = (known, mean)
+        hits = sum(game_key(g) in known for g in sweep.games)
+        notes.append(f"{algo}: {name} ({hits} of {len(sweep.games)} games listed, the rest at "
+                     f"their mean {mean:.1f} min)")
+    minutes = []
+    for env_id, algo, _ in sweep.grid():
+        known, mean = per_algo[algo]
+        base = float(known.get(game_key(env_id), mean))
+        minutes.append(base * steps / REFERENCE_STEPS)
+    return minutes, (
+        "NO MEASUREMENT: CleanRL's reference minutes per 10M steps (runtimes.csv), scaled to "
+        f"{steps:,} steps; " + "; ".join(notes) + "; CleanRL's hardware, one GPU per run")

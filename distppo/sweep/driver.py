@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import os
 import sys
 import time
 from collections import Counter
-from typing import Sequence, TextIO
+from typing import TextIO
 
 import pyarrow.parquet as pq
 import ray
@@ -22,7 +21,7 @@ from ray import tune
 from distppo.config import SweepConfig, trial_id
 from distppo.distributed.connect import connect
 from distppo.distributed.resources import check_fits, trial_bundles
-from distppo.envs.games import ATARI_57, check_backend_installed
+from distppo.envs.games import check_backend_installed, expand_games  # noqa: F401 (re-export)
 from distppo.errors import ConfigError, UserError
 from distppo.sweep.layout import ITERATIONS_FILE, SWEEP_JSON, TRIALS_FILE, TUNER_STATE
 from distppo.sweep.outputs import STATUS, trial_files, write_iterations, write_trials
@@ -37,20 +36,6 @@ from distppo.telemetry.trackers import check_trackers
 # take the CPU of the learner's bundle on another node.
 PLACEMENT_STRATEGY = "STRICT_PACK"
 SUMMARY_EVERY_S = 30.0
-
-
-def expand_games(values: Sequence[str]) -> tuple[str, ...]:
-    """`atari57`, env ids and files with one id per line (`#` comments) -> ids, first seen first."""
-    out: list[str] = []
-    for value in values:
-        if value == "atari57":
-            out += ATARI_57
-        elif os.path.isfile(value):
-            with open(value) as f:
-                out += [line.split("#")[0].strip() for line in f if line.split("#")[0].strip()]
-        else:
-            out.append(value)
-    return tuple(dict.fromkeys(out))
 
 
 def param_space(cfg: SweepConfig) -> dict:

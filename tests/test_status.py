@@ -1,0 +1,142 @@
+"""`distppo status` on real sweeps: one running (a `distppo sweep` subprocess), the same one
+after its driver is SIGKILLed, the same files on a loopback S3 server; read-only throughout."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow.fs as pafs
+import pytest
+
+from conftest import REPO, assert_one_line_error, run_cli
+
+# 1 trial at a time, ~0.05 s iterations of 128 steps, a run copy every 5 iterations
+SWEEP = ["sweep", "--games", "CartPole-v1", "Acrobot-v1", "--seeds", "1", "--backend", "gym",
+         "--num-envs", "2", "--num-steps", "64", "--num-minibatches", "2", "--update-epochs", "1",
+         "--checkpoint-every", "5", "--trial-cpus", "1", "--local", "--max-concurrent-trials",
+         "1", "--total-timesteps", str(400 * 128)]
+
+
+def status(*args, env=None) -> dict:
+    proc = run_cli("status", *args, "--json", timeout=120, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout)
+
+
+def files_of(root: Path) -> dict:
+    return {str(p): (p.stat().st_mtime_ns, p.stat().st_size) for p in root.glob("**/*")
+            if p.is_file()}
+
+
+def wait_for_free_cpus(expected: float, timeout: float = 60.0) -> None:
+    """The killed driver's trials die with it; wait until Ray has released their bundles."""
+    import ray
+    deadline = time.time() + timeout
+    while ray.available_resources().get("CPU", 0.0) < expected - 1e-6:
+        assert time.time() < deadline, f"bundles not released: {ray.available_resources()}"
+        time.sleep(0.5)
+
+
+@pytest.fixture
+def s3_server():
+    from moto.server import ThreadedMotoServer
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0)
+    server.start()
+    host, port = server.get_host_and_port()
+    creds = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+             "AWS_DEFAULT_REGION": "us-east-1", "AWS_ENDPOINT_URL": f"http://{host}:{port}",
+             "AWS_EC2_METADATA_DISABLED": "true"}
+    fs = pafs.S3FileSystem(endpoint_override=f"{host}:{port}", scheme="http", region="us-east-1",
+                           access_key="testing", secret_key="testing", allow_bucket_creation=True)
+    fs.create_dir("status-bucket")
+    yield fs, creds
+    server.stop()
+
+
+def test_status_of_a_running_then_killed_sweep(ray_cluster, tmp_path, s3_server):
+    sweep_dir = tmp_path / "live"
+    log = open(tmp_path / "driver.log", "w")
+    driver = subprocess.Popen([sys.executable, "-m", "distppo", *SWEEP, "--storage",
+                               str(tmp_path), "--name", "live"], cwd=REPO, stdout=log,
+                              stderr=subprocess.STDOUT, env=dict(os.environ, PYTHONUNBUFFERED="1"))
+    try:
+        # 1. while it runs: a running trial with rows, the other pending
+        deadline, seen = time.time() + 240, None
+        while seen is None:
+            assert driver.poll() is None, (tmp_path / "driver.log").read_text()[-3000:]
+            assert time.time() < deadline, "no running trial with rows in time"
+            if (sweep_dir / "sweep.json").exists():
+                s = status(sweep_dir)
+                running = [t for t in s["trials"] if t["state"] == "running"]
+                if running and running[0]["iteration"] >= 5:
+                    seen = s
+            time.sleep(0.5)
+        assert seen["state"] == "running"
+        assert not (sweep_dir / "iterations.parquet").exists()  # read from the trial copies
+        run = [t for t in seen["trials"] if t["state"] == "running"][0]
+        assert run["global_step"] == run["iteration"] * 128 and run["sps"] > 0
+        assert run["num_iterations"] == 400 and run["node"] != "-"
+        assert run["eta_s"] == pytest.approx((400 - run["iteration"]) * 128 / run["sps"])
+        assert run["restarts"] == 0 and run["trial_restarts"] == 0
+        assert seen["counts"]["running"] == 1 and seen["counts"]["failed"] == 0
+        assert seen["counts"]["done"] + seen["counts"]["pending"] == 1
+        assert seen["concurrency"] == 1 and seen["remaining_s"] > 0
+        text = run_cli("status", sweep_dir, timeout=120)
+        assert text.returncode == 0 and run["trial_id"] in text.stdout
+        assert "running" in text.stdout and "GPU-hours so far" in text.stdout
+
+        # 2. SIGKILL the driver mid-sweep
+        driver.send_signal(signal.SIGKILL)
+        driver.wait(timeout=30)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+        log.close()
+    assert driver.returncode == -signal.SIGKILL
+    wait_for_free_cpus(4.0)
+    time.sleep(2.0)
+    before = files_of(sweep_dir)
+    # the files stopped changing 2 s ago: with --stale-after 1 no driver counts as alive
+    killed = status(sweep_dir, "--stale-after", "1")
+    assert files_of(sweep_dir) == before, "status wrote to the sweep"
+    assert killed["state"] == "interrupted"
+    states = {t["trial_id"]: t["state"] for t in killed["trials"]}
+    cut = [t for t in killed["trials"] if t["state"] == "killed"]
+    assert len(cut) == 1 and cut[0]["iteration"] >= 5 and cut[0]["eta_s"] is None, states
+    assert set(states.values()) <= {"killed", "done", "pending"}
+    text = run_cli("status", sweep_dir, "--stale-after", "1", timeout=120)
+    assert text.returncode == 0 and "killed" in text.stdout and "--resume" in text.stdout
+
+    # 3. the same sweep on S3: the same states, read through pyarrow's S3 file system
+    fs, creds = s3_server
+    pafs.copy_files(str(sweep_dir), "status-bucket/sweeps/live",
+                    source_filesystem=pafs.LocalFileSystem(), destination_filesystem=fs)
+    # the upload set every mtime to now: --stale-after 0 says no driver is alive
+    remote = status("s3://status-bucket/sweeps/live", "--stale-after", "0", env=creds)
+    assert {t["trial_id"]: t["state"] for t in remote["trials"]} == states
+    assert [t["global_step"] for t in remote["trials"]] == \
+        [t["global_step"] for t in killed["trials"]]
+
+
+def test_status_of_nothing_is_one_line(tmp_path):
+    assert_one_line_error(run_cli("status", tmp_path / "nope", timeout=60), "holds no sweep")
+    assert run_cli("status", tmp_path / "nope", timeout=60).returncode == 2
+    assert_one_line_error(run_cli("status", tmp_path, "--watch", "0", timeout=60), "--watch")
+
+
+@pytest.mark.slow
+def test_status_of_a_failed_trial(ray_cluster, tmp_path):
+    # testing/faults.py: the trial raises at iteration 2 and may not restart: Tune says ERROR
+    proc = run_cli(*SWEEP[:2], "CartPole-v1", *SWEEP[4:-1], "384", "--max-failures", "0",
+                   "--storage", tmp_path, "--name", "fail", timeout=300,
+                   env={"DISTPPO_FAULT_ITERATION": "2"})
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    s = status(tmp_path / "fail")
+    assert s["state"] == "finished" and s["counts"]["failed"] == 1
+    (trial,) = s["trials"]
+    assert trial["state"] == "failed" and trial["iteration"] >= 1 and trial["eta_s"] is None
