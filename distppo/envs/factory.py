@@ -3,7 +3,13 @@ from __future__ import annotations
 
 from typing import Optional
 
-from distppo.envs.games import NO_ALE_VIDEO, ResolvedEnv, resolve_env_id
+from distppo.envs.games import (  # noqa: F401 - the limit's names, imported from here too
+    DEFAULT_MAX_EPISODE_STEPS,
+    NO_ALE_VIDEO,
+    ResolvedEnv,
+    episode_limit,
+    resolve_env_id,
+)
 from distppo.envs.types import VecEnv
 from distppo.envs.video import VideoRecorder
 from distppo.errors import ConfigError
@@ -13,21 +19,6 @@ from distppo.testing import faults
 def frame_stack(algo: str) -> int:
     """CleanRL stacks 4 frames for the CNN and feeds the LSTM 1 frame."""
     return 1 if algo == "ppo_lstm" else 4
-
-
-# Atari time limit in agent steps when --max-episode-steps is not given: what the reference
-# script of each backend had (docs/semantics.md). ppo_atari_envpool's benchmark ran EnvPool
-# 0.6.6 (CleanRL's poetry.lock at PR #424), registered with 108,000 *agent steps*; EnvPool
-# 0.8.2 changed the default to 27,000 (sail-sg/envpool#250). The gym scripts' v4 ids stop
-# after 108,000 emulator frames = 27,000 agent steps, and so does ale-py's vector env.
-DEFAULT_MAX_EPISODE_STEPS = {"envpool": 108_000, "gym": 27_000, "ale": 27_000}
-
-
-def episode_limit(env_id: str, backend: str, requested: Optional[int] = None) -> Optional[int]:
-    """The Atari time limit in agent steps a run uses; None for vector-observation envs."""
-    if resolve_env_id(env_id, backend).kind != "atari":
-        return None
-    return requested if requested is not None else DEFAULT_MAX_EPISODE_STEPS.get(backend)
 
 
 def make_vector_env(env_id: str, backend: str, num_envs: int, seed: int, frame_stack: int,

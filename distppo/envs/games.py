@@ -16,7 +16,7 @@ import os
 import warnings
 from dataclasses import dataclass
 from importlib import resources
-from typing import Sequence
+from typing import Optional, Sequence
 
 from distppo.errors import ConfigError
 
@@ -159,3 +159,18 @@ def expand_games(values: Sequence[str]) -> tuple[str, ...]:
         else:
             out.append(value)
     return tuple(dict.fromkeys(out))
+
+
+# Atari time limit in agent steps when --max-episode-steps is not given: what the reference
+# script of each backend had (docs/semantics.md). ppo_atari_envpool's benchmark ran EnvPool
+# 0.6.6 (CleanRL's poetry.lock at PR #424), registered with 108,000 *agent steps*; EnvPool
+# 0.8.2 changed the default to 27,000 (sail-sg/envpool#250). The gym scripts' v4 ids stop
+# after 108,000 emulator frames = 27,000 agent steps, and so does ale-py's vector env.
+DEFAULT_MAX_EPISODE_STEPS = {"envpool": 108_000, "gym": 27_000, "ale": 27_000}
+
+
+def episode_limit(env_id: str, backend: str, requested: Optional[int] = None) -> Optional[int]:
+    """The Atari time limit in agent steps a run uses; None for vector-observation envs."""
+    if resolve_env_id(env_id, backend).kind != "atari":
+        return None
+    return requested if requested is not None else DEFAULT_MAX_EPISODE_STEPS.get(backend)

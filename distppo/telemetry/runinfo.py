@@ -9,7 +9,7 @@ import subprocess
 import time
 
 from distppo.config import TrainConfig
-from distppo.envs.factory import episode_limit
+from distppo.envs.games import episode_limit
 from distppo.errors import ConfigError, UserError
 from distppo.telemetry.files import atomic_write
 

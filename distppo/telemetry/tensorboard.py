@@ -7,6 +7,7 @@ torch.utils.tensorboard would import `tensorboard` just to write a file.
 from __future__ import annotations
 
 import os
+import uuid
 from typing import Iterable, Mapping, Optional
 
 from distppo.telemetry.schema import LOSS_COLUMNS, PHASES
@@ -25,7 +26,10 @@ class TensorBoardWriter:
         from tensorboardX import SummaryWriter
         # purge_step: a resumed run hides the events its crashed predecessor wrote past the
         # checkpoint, so TensorBoard never shows two values for one step.
-        self._writer = SummaryWriter(str(log_dir), purge_step=purge_step)
+        # tensorboardX names event files by the second: a unique suffix keeps a resume (or a
+        # rewind) within the same second from overwriting the file before it
+        self._writer = SummaryWriter(str(log_dir), purge_step=purge_step,
+                                     filename_suffix=f".{os.getpid()}.{uuid.uuid4().hex[:8]}")
 
     def write(self, row: Mapping, episodes: Optional[Iterable[tuple[float, float]]] = None) -> None:
         """Scalars of one iteration; `episodes` are this iteration's (return, length) pairs.
@@ -49,7 +53,15 @@ class TensorBoardWriter:
         self._writer.flush()
 
     def close(self) -> None:
-        self._writer.close()
+        try:
+            self._writer.close()
+        except OSError:
+            # A full disk: tensorboardX's exit hook would try this close again and print a
+            # traceback under the run's one-line error. The events that did not fit are lost
+            # either way, so mark the event files closed (tensorboardX has no public way).
+            for file_writer in (self._writer.all_writers or {}).values():
+                file_writer.event_writer._closed = True
+            raise
 
 
 def flatten(config: Mapping, prefix: str = "") -> dict:
