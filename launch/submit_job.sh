@@ -36,7 +36,14 @@ fi
 ray_bin="${RAY:-ray}"
 job_id="${JOB_ID:-distppo-sweep-$(date -u +%Y%m%d-%H%M%S)}"
 
-"$ray_bin" job submit --no-wait --submission-id "$job_id" --working-dir . -- distppo sweep "$@"
+# Ray runs the entrypoint through /bin/sh: each argument goes in single quotes (a quote inside
+# becomes '\''), so `&`, `;` or `$(...)` in an argument (an s3 URI's query, a --name) stay
+# text, and `exec` makes distppo the job's process, which gets Ray's stop signal itself.
+entrypoint="exec distppo sweep"
+for arg in "$@"; do
+    entrypoint+=" '${arg//\'/\'\\\'\'}'"
+done
+"$ray_bin" job submit --no-wait --submission-id "$job_id" --working-dir . -- "$entrypoint"
 
 cat <<EOF
 

@@ -266,6 +266,8 @@ def test_launcher_config_security_and_setup(name):
     head_start = " ".join(config["head_start_ray_commands"])
     assert "--dashboard-host=127.0.0.1" in head_start and "RAY_AUTH_MODE=token" in head_start
     assert "RAY_AUTH_MODE=token" in " ".join(config["worker_start_ray_commands"])
+    # ... and in every other shell on a node: `ray submit`, `ray exec`, the sweep's driver.
+    assert "echo 'export RAY_AUTH_MODE=token' >> ~/.bashrc" in " ".join(config["setup_commands"])
     assert config["file_mounts"]["~/.ray/auth_token"] == "~/.ray/auth_token"
     assert config["file_mounts"]["~/distppo"] == "." and config["rsync_filter"] == [".gitignore"]
     for commands in (config["head_setup_commands"], config["worker_setup_commands"],
@@ -279,6 +281,54 @@ def test_launcher_config_security_and_setup(name):
             ["region", "project_id", "sourceImage", "machineType", "email"])
     for key in keys + ["image", "min_workers", "max_workers", "cluster_name"]:
         assert edit_marked(text, key), f"{name}: no EDIT comment at any `{key}:`"
+
+
+def test_aws_roles_pass_the_workers_role_and_keep_to_the_bucket():
+    """The head's role may pass the workers' role (or `ray up` cannot launch them) and no other,
+    and neither role gets S3 beyond the sweep bucket nor account-wide full access."""
+    config = load_launcher_config("aws-gpu.yaml")
+    types = config["available_node_types"]
+    for name in ("head_cpu", "head_gpu"):
+        assert types[name]["node_config"]["IamInstanceProfile"]["Arn"].endswith(
+            ":instance-profile/distppo-head"), name
+    for name in ("gpu_worker", "cpu_worker"):
+        assert types[name]["node_config"]["IamInstanceProfile"]["Arn"].endswith(
+            ":instance-profile/distppo-sweeps"), name
+    head = json.loads((CLUSTER / "aws-head-policy.json").read_text())["Statement"]
+    worker = json.loads((CLUSTER / "aws-worker-policy.json").read_text())["Statement"]
+    passes = [st for st in head if "iam:PassRole" in st["Action"]]
+    assert [st["Resource"] for st in passes] == ["arn:aws:iam::123456789012:role/distppo-sweeps"]
+    for statements in (head, worker):
+        for st in statements:
+            actions = [st["Action"]] if isinstance(st["Action"], str) else st["Action"]
+            resources = [st["Resource"]] if isinstance(st["Resource"], str) else st["Resource"]
+            assert st["Effect"] == "Allow" and "*" not in actions, st
+            assert not any(a in ("s3:*", "ec2:*", "iam:*") for a in actions), st
+            if any(a.startswith("s3:") for a in actions):
+                assert all(r in ("arn:aws:s3:::YOUR-BUCKET", "arn:aws:s3:::YOUR-BUCKET/*")
+                           for r in resources), st
+            if any(a.startswith("iam:") for a in actions):
+                assert actions == ["iam:PassRole"] and "*" not in resources, st
+    assert not any(a.startswith(("ec2:", "iam:")) for st in worker for a in
+                   ([st["Action"]] if isinstance(st["Action"], str) else st["Action"]))
+
+
+def test_kuberay_retries_crashes_not_failed_trials_and_slurm_warns_before_the_limit():
+    job = kuberay_objects("kuberay-rayjob.yaml")["RayJob"]["spec"]
+    entrypoint = shlex.split(job["entrypoint"])
+    # exit 3 (trials failed for good) ends the job as succeeded: no new GPU cluster for it
+    assert "--trials-failed-ok" in entrypoint and job["backoffLimit"] <= 2
+    sys.path.insert(0, os.path.join(REPO, "launch"))
+    try:
+        from sweep_atari57 import split_own_args
+    finally:
+        sys.path.pop(0)
+    assert split_own_args(["--trials-failed-ok", "--storage", "x"])[0].trials_failed_ok
+    from distppo.sweep.driver import EXIT_TRIALS_FAILED, EXIT_UNFINISHED
+    assert len({0, 1, 2, EXIT_TRIALS_FAILED, EXIT_UNFINISHED}) == 5
+    text = (CLUSTER / "slurm-sweep.sbatch").read_text()
+    assert re.search(r"^#SBATCH --signal=B:USR1@\d+", text, re.M)
+    assert re.search(r"trap '[^']*kill -USR1 \"\$driver\"[^']*' USR1", text)
 
 
 def edit_marked(text: str, key: str) -> bool:
@@ -523,3 +573,49 @@ def test_slurm_script_on_one_node(tmp_path):
     shutil.rmtree(f"/tmp/ray-{job_id}", ignore_errors=True)
     assert rc == 0 and "holds a sweep: resuming it" in out, out[-4000:]
     read_sweep(tmp_path / "sweeps" / "slurm", n_trials=1, n_iterations=2)
+
+
+# --- 5. arguments reach `distppo sweep` as given (issue 14) --------------------------------------
+
+def test_submit_job_passes_arguments_through_the_shell_as_text(tmp_path):
+    """Ray runs a job's entrypoint with /bin/sh -c: a stand-in `ray` does exactly that, and a
+    stand-in `distppo` records the argv it got."""
+    shims = tmp_path / "bin"
+    shims.mkdir()
+    (shims / "ray").write_text('#!/bin/bash\nwhile [[ "$1" != "--" ]]; do shift; done; shift\n'
+                               '[[ $# -eq 1 ]] || { echo "entrypoint split in $#" >&2; exit 9; }\n'
+                               'exec /bin/sh -c "$1"\n')
+    (shims / "distppo").write_text(f'#!{sys.executable}\nimport json, sys\n'
+                                   f'open({str(tmp_path / "argv.json")!r}, "w").write('
+                                   'json.dumps(sys.argv[1:]))\n')
+    for shim in shims.iterdir():
+        shim.chmod(0o755)
+    pwned = tmp_path / "pwned"
+    args = ["--storage", "s3://bucket/sweeps?endpoint_override=h:9000&scheme=http",
+            "--name", f"x;touch {pwned}", "--name", f"it's $(touch {pwned}) `touch {pwned}`",
+            "--games", "Pong-v5 Breakout-v5", "--seeds", "", "--x", "a\\b\"c'd\ne"]
+    env = dict(os.environ, RAY_ADDRESS="http://127.0.0.1:1", RAY=str(shims / "ray"),
+               PATH=f"{shims}{os.pathsep}{os.environ['PATH']}")
+    proc = subprocess.run(["bash", "launch/submit_job.sh", *args], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads((tmp_path / "argv.json").read_text()) == ["sweep", *args]
+    assert not pwned.exists()
+
+
+def test_relative_folders_refused_inside_a_ray_job(tmp_path):
+    """A Ray job's driver runs in Ray's temporary copy of --working-dir (Ray names it in the
+    job's RAY_JOB_CONFIG_JSON_ENV_VAR): a relative --storage or --output-dir would be deleted
+    with the job. Outside a job the same relative default is fine."""
+    job = json.dumps({"runtime_env": {"working_dir": "gcs://_ray_pkg_0123456789abcdef.zip"}})
+    env = dict(os.environ, RAY_JOB_CONFIG_JSON_ENV_VAR=job)
+    train = ["train", "--env-id", "CartPole-v1", "--backend", "gym"]
+    for args, flag in ((["sweep", *TINY], "--storage sweeps"),
+                       (["sweep", *TINY, "--storage", "rel/sweeps"], "--storage rel/sweeps"),
+                       (train, "--output-dir runs")):
+        proc = subprocess.run([sys.executable, "-m", "distppo", *args], cwd=tmp_path, env=env,
+                              capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 2, proc.stderr
+        [line] = proc.stderr.strip().splitlines()
+        assert flag in line and "temporary copy" in line and "Traceback" not in line, line
+        assert not list(tmp_path.iterdir())

@@ -188,7 +188,7 @@ def test_corrupt_newest_copy_falls_back(ray_cluster, tmp_path):
     args = ["sweep", "--games", "CartPole-v1", "--seeds", "3", *TINY, "--total-timesteps", "96",
             "--max-failures", "0", "--storage", tmp_path, "--name", "corrupt"]
     failed = run_cli(*args, timeout=300, env={"DISTPPO_FAULT_ITERATION": "3"})
-    assert failed.returncode == 1, failed.stderr[-3000:]
+    assert failed.returncode == 3, failed.stderr[-3000:]  # some trials failed, no crash
     copies = tmp_path / "corrupt" / "runs" / "CartPole-v1__ppo__3"
     assert sorted(p.name for p in copies.iterdir()) == ["000001", "000002"]
     # The newest copy is damaged on the storage: a torn checkpoint and an empty metrics file.

@@ -252,8 +252,16 @@ def _prepare(cfg: SweepConfig, storage: SweepStorage, force_unlock: bool):
     return tune.with_resources(trainable, group), lease
 
 
+# Exit statuses of `distppo sweep` beyond 0 (all done) and 2 (bad input): a crashed driver exits
+# 1, so a launcher that retries crashes (KubeRay's backoffLimit) can tell trials that failed
+# for good (retrying would only rebuild the cluster to fail them again) from a crash.
+EXIT_TRIALS_FAILED = 3
+EXIT_UNFINISHED = 130
+
+
 def final_report(storage: SweepStorage, stream: TextIO = sys.stdout) -> int:
-    """Print where the outputs are; exit status 0 = all done, 1 = some failed, 130 = unfinished."""
+    """Print where the outputs are; exit status 0 = all done, EXIT_TRIALS_FAILED = some failed
+    for good, EXIT_UNFINISHED = interrupted."""
     table = pq.read_table(storage.join(TRIALS_FILE), filesystem=storage.fs)
     status = Counter(table["status"].to_pylist())
     print(f"sweep folder: {storage.uri}", file=stream)
@@ -267,7 +275,7 @@ def final_report(storage: SweepStorage, stream: TextIO = sys.stdout) -> int:
                   if s == "failed"]
         print(f"{len(failed)} trial(s) failed: {', '.join(failed)}; their errors are in "
               f"{storage.uri}/<trial_id>/error.txt; --resume retries them", file=sys.stderr)
-        return 1
+        return EXIT_TRIALS_FAILED
     print(f"sweep interrupted: continue it with --storage {storage.storage} --name "
           f"{storage.name} --resume", file=sys.stderr)
-    return 130
+    return EXIT_UNFINISHED
