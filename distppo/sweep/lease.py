@@ -88,8 +88,12 @@ class S3Lease:
     """A conditional-create lease object with an expiry, renewed by a daemon thread."""
 
     def __init__(self, storage, force: bool) -> None:
-        import boto3  # S3 storage only; botocore has the conditional writes since 1.35
-        from botocore.exceptions import ClientError
+        try:  # S3 storage only; botocore has the conditional writes since 1.35
+            import boto3
+            from botocore.exceptions import ClientError
+        except ImportError:
+            raise UserError("an s3:// storage needs boto3 for the sweep's lease: pip install "
+                            "'boto3>=1.35' (in the train extra)") from None
         self._error = ClientError
         base, _, query = storage.storage.partition("?")
         options = dict(urllib.parse.parse_qsl(query))
