@@ -140,12 +140,14 @@ def test_upload_keeps_old_copy_until_new_is_whole(tmp_path):
     make_run(run_dir, 2, checkpoint="fifo")
     child = subprocess.Popen([sys.executable, "-c", UPLOAD, str(tmp_path / "store"),
                               str(run_dir), "2"], cwd=REPO)
-    deadline = time.time() + 60
-    while not list(copies.glob(".000002.*.partial/checkpoints")):
-        assert time.time() < deadline and child.poll() is None, "upload did not start"
-        time.sleep(0.05)
-    time.sleep(0.5)  # now blocked reading the checkpoint
-    kill(child)
+    try:
+        deadline = time.time() + 60
+        while not list(copies.glob(".000002.*.partial/checkpoints")):
+            assert time.time() < deadline and child.poll() is None, "upload did not start"
+            time.sleep(0.05)
+        time.sleep(0.5)  # now blocked reading the checkpoint
+    finally:
+        kill(child)
     # The old copy of iteration 2 is whole, and it is still the newest complete one.
     assert (copies / "000002" / "checkpoints" / "ckpt_000002.pt").read_bytes() == b"ckpt 2"
     path, record = storage.latest_run_copy("t")
