@@ -15,6 +15,7 @@ import sys
 import time
 from pathlib import Path
 
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 import pytest
 from test_sweep import TINY, assert_complete, s3_server  # noqa: F401 - a fixture
@@ -229,3 +230,21 @@ def test_chaos_soak_short(tmp_path):
                  "| rows audited | 120 |"):
         assert line in table, table
     assert "| faults injected | 0 |" not in table, table
+
+
+def test_upload_on_s3_moves_each_file_trial_json_last(s3_server, monkeypatch, tmp_path):  # noqa: F811
+    fs, creds = s3_server
+    for key, value in creds.items():
+        monkeypatch.setenv(key, value)
+    storage = SweepStorage("s3://sweeps-bucket/sweeps", "up")
+    run_dir = tmp_path / "run"
+    for it in (1, 2, 2, 3):
+        make_run(run_dir, it)
+        storage.upload_run("t", it, str(run_dir), {"iteration": it})
+    root = "sweeps-bucket/sweeps/up/runs/t"
+    files = sorted(i.path[len(root) + 1:] for i in fs.get_file_info(
+        pafs.FileSelector(root, recursive=True)) if i.type == pafs.FileType.File)
+    assert files == ["000002/checkpoints/ckpt_000002.pt", "000002/metrics.parquet",
+                     "000002/trial.json", "000003/checkpoints/ckpt_000003.pt",
+                     "000003/metrics.parquet", "000003/trial.json"], files
+    assert storage.latest_run_copy("t")[1] == {"iteration": 3}
