@@ -18,15 +18,19 @@ the sweep is left:
 - no process carrying the soak's marker (its environment) runs afterwards.
 
 It prints a Markdown table (also written to <out>/soak.md) and exits 0 when the audit passes.
-The sweep runs on a private local Ray (RAY_ADDRESS is cleared) started by the driver, so a
-driver kill takes the trials down as a lost head node would.
+The sweep runs on a Ray head of its own (`ray start --head --block` on loopback, random ports),
+which the drivers join as a Ray job's driver does; a killed driver takes its trials down with
+it (they are its actors). The head is stopped at the end, and then nothing may be left.
 """
 from __future__ import annotations
 
 import argparse
 import os
 import random
+import secrets
+import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -45,6 +49,17 @@ KINDS = ("runner", "learner", "trial", "driver")
 WEIGHTS = (4, 2, 2, 1)
 
 
+def free_ports(n: int) -> list[int]:
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
 def sweep_args(args: argparse.Namespace) -> list[str]:
     games = ["CartPole-v1", "Acrobot-v1", *args.atari]
     steps = args.num_envs * args.num_steps
@@ -61,11 +76,43 @@ class Soak:
         self.args, self.rng = args, random.Random(args.seed)
         self.marker = uuid.uuid4().hex
         self.env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-        self.env.update({MARKER: self.marker, "PYTHONUNBUFFERED": "1"})
+        # A token of its own for its head (Ray's token authentication), in no file.
+        self.env.update({MARKER: self.marker, "PYTHONUNBUFFERED": "1",
+                         "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "token",
+                         "RAY_AUTH_TOKEN": secrets.token_hex(32)})
+        self.env.pop("RAY_AUTH_TOKEN_PATH", None)
+        self.head = None
         self.kills: Counter = Counter()
         self.driver = None
         self.log = open(Path(args.out) / "driver.log", "a")
         self.starts = 0
+
+    def start_head(self) -> None:
+        gcs, client, agent, metrics = free_ports(4)
+        self.temp = f"/tmp/rsoak-{self.marker[:8]}"  # short: Ray's socket paths live under it
+        ray = os.path.join(os.path.dirname(sys.executable), "ray")
+        self.head = subprocess.Popen(
+            [ray, "start", "--head", "--block", "--disable-usage-stats",
+             f"--num-cpus={self.args.cpus}", "--num-gpus=0", "--node-ip-address=127.0.0.1",
+             f"--port={gcs}", f"--ray-client-server-port={client}",
+             f"--dashboard-agent-listen-port={agent}", f"--metrics-export-port={metrics}",
+             "--include-dashboard=false", f"--temp-dir={self.temp}"],
+            env=self.env, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
+        self.env["RAY_ADDRESS"] = f"127.0.0.1:{gcs}"
+        probe = [sys.executable, "-c", "import ray; ray.init(); ray.shutdown()"]
+        deadline = time.time() + 180
+        while subprocess.run(probe, env=self.env, capture_output=True, timeout=120).returncode:
+            if time.time() > deadline or self.head.poll() is not None:
+                raise SystemExit("chaos_soak: the Ray head did not start (see driver.log)")
+            time.sleep(2)
+
+    def stop_head(self) -> None:
+        self.head.send_signal(signal.SIGTERM)  # `ray start --block` stops what it started
+        try:
+            self.head.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.head.kill()
+        shutil.rmtree(self.temp, ignore_errors=True)
 
     def start_driver(self) -> None:
         argv = sweep_args(self.args)
@@ -95,7 +142,9 @@ class Soak:
             self.driver.send_signal(signal.SIGKILL)
             self.driver.wait(timeout=60)
             self.kills[kind] += 1
-            self.wait_until_gone(120)  # the driver's Ray is reaped (distributed/reaper.py)
+            deadline = time.time() + 120  # its trials are its actors: they die with it
+            while self.processes(TITLES["trial"]) and time.time() < deadline:
+                time.sleep(1)
             self.start_driver()
             return
         victims = self.processes(TITLES[kind])
@@ -114,6 +163,15 @@ class Soak:
         return left
 
     def run(self) -> int:
+        self.start_head()
+        try:
+            rc, actors = self.soak()
+        finally:
+            self.stop_head()
+        left = self.wait_until_gone(120)
+        return self.audit(rc, actors + left)
+
+    def soak(self) -> tuple[int, list]:
         self.start_driver()
         end = time.time() + 60 * self.args.minutes
         while time.time() < end and self.driver.poll() is None:
@@ -131,13 +189,21 @@ class Soak:
             if rc == 0:
                 break
             self.start_driver()
-        left = self.wait_until_gone(120)
-        return self.audit(rc, left)
+        # The sweep's own processes (drivers' actors) end with it, before the head stops.
+        deadline = time.time() + 120
+        while (actors := [p for t in TITLES.values() for p in self.processes(t)]) and \
+                time.time() < deadline:
+            time.sleep(1)
+        return rc, actors
 
     def audit(self, rc: int, left: list) -> int:
         out = Path(self.args.out) / "soak"
-        iterations = pq.read_table(out / "iterations.parquet").to_pylist()
-        trials = pq.read_table(out / "trials.parquet").to_pylist()
+        try:
+            iterations = pq.read_table(out / "iterations.parquet").to_pylist()
+            trials = pq.read_table(out / "trials.parquet").to_pylist()
+        except OSError as exc:  # the sweep never got far: nothing to audit is a failure
+            print(f"chaos_soak: no outputs to audit ({exc}); see {self.args.out}/driver.log")
+            return 1
         per_iter = self.args.num_envs * self.args.num_steps
         keys = [(r["trial_id"], r["iteration"]) for r in iterations]
         expected = {(t["trial_id"], i) for t in trials for i in range(1, self.args.iterations + 1)}
@@ -185,6 +251,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--atari", nargs="*", default=["Pong-v5", "Breakout-v5"],
                    help="Atari games of the sweep (beside CartPole-v1 and Acrobot-v1)")
     p.add_argument("--seeds", nargs="+", type=int, default=[1, 2])
+    p.add_argument("--cpus", type=int, default=4, help="CPUs the soak's Ray head advertises")
     p.add_argument("--iterations", type=int, default=400, help="iterations per trial")
     p.add_argument("--num-envs", type=int, default=2)
     p.add_argument("--num-steps", type=int, default=32)

@@ -233,12 +233,8 @@ def _prepare(cfg: SweepConfig, storage: SweepStorage, force_unlock: bool):
     bundles = trial_bundles(cfg.train, cfg.trial_cpus)
     created = storage.first_missing()
     storage.probe_write()  # before Ray starts: a bad URI fails in a second, not after a minute
-    try:
-        lease = sweep_lease.acquire(storage, force_unlock)
-    except UserError:
-        if created:
-            storage.fs.delete_dir(created)
-        raise
+    # Refused: the folder is the other driver's, even if it appeared since first_missing().
+    lease = sweep_lease.acquire(storage, force_unlock)
     try:
         connect()
         check_fits(bundles, ray.nodes())
