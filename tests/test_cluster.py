@@ -619,3 +619,49 @@ def test_relative_folders_refused_inside_a_ray_job(tmp_path):
         [line] = proc.stderr.strip().splitlines()
         assert flag in line and "temporary copy" in line and "Traceback" not in line, line
         assert not list(tmp_path.iterdir())
+
+
+def test_slurm_warning_signal_reaches_the_driver(tmp_path):
+    """The batch script gets USR1 before the time limit (--signal=B:USR1@300) and forwards it
+    to the sweep's driver, on which Tune saves its state and stops (tune.py registers USR1).
+    Stand-ins for Slurm, Ray and the driver; the signals and the script are real."""
+    venv = tmp_path / "venv"
+    shims = venv / "bin"
+    shims.mkdir(parents=True)
+    (shims / "activate").write_text(f'export PATH="{shims}:$PATH"\n')
+    (shims / "scontrol").write_text("#!/bin/bash\necho localhost\n")
+    (shims / "srun").write_text('#!/bin/bash\nwhile [[ "$1" == --* ]]; do shift; done\n'
+                                'exec "$@"\n')
+    (shims / "hostname").write_text("#!/bin/bash\necho 127.0.0.1\n")
+    (shims / "ray").write_text('#!/bin/bash\n[[ "$1 $*" == *--block* ]] && exec sleep 300\n'
+                               "exit 0\n")
+    ready, got = tmp_path / "ready", tmp_path / "got-usr1"
+    driver = (f"import signal, sys, time, pathlib\n"
+              f"def stop(*_):\n    pathlib.Path({str(got)!r}).write_text('USR1')\n"
+              f"    sys.exit(130)\n"
+              f"signal.signal(signal.SIGUSR1, stop)\n"
+              f"pathlib.Path({str(ready)!r}).write_text('up')\n"
+              f"time.sleep(120)\nsys.exit(0)\n")
+    (shims / "python").write_text(
+        f'#!/bin/bash\nif [[ "$1" == "-" ]]; then cat > /dev/null; echo "1 Ray node(s) up"; '
+        f'exit 0; fi\nif [[ "$1" == launch/sweep_atari57.py ]]; then exec {sys.executable} -c '
+        f'{shlex.quote(driver)}; fi\nexec {sys.executable} "$@"\n')
+    for shim in shims.iterdir():
+        shim.chmod(0o755)
+    env = clean_env(uuid.uuid4().hex, SLURM_SUBMIT_DIR=REPO, SLURM_JOB_ID="t0",
+                    SLURM_JOB_NODELIST="localhost", DISTPPO_VENV=str(venv), HEAD_IP="127.0.0.1")
+    proc = subprocess.Popen(["bash", "cluster/slurm-sweep.sbatch", "--storage", str(tmp_path)],
+                            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, start_new_session=True)
+    try:
+        deadline = time.time() + 60
+        while not ready.exists():
+            assert proc.poll() is None and time.time() < deadline, proc.stdout.read()
+            time.sleep(0.2)
+        proc.send_signal(signal.SIGUSR1)  # what Slurm sends the batch shell (B:) at the warning
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        end_processes(proc, env[MARKER])
+    assert got.read_text() == "USR1", out
+    assert proc.returncode == 130, out  # the driver's status: interrupted, resume it
+    assert "time limit in 5 minutes: stopping the sweep" in out
