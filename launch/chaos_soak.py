@@ -142,6 +142,7 @@ class Soak:
             self.driver.send_signal(signal.SIGKILL)
             self.driver.wait(timeout=60)
             self.kills[kind] += 1
+            self.record(kind, self.driver.pid)
             deadline = time.time() + 120  # its trials are its actors: they die with it
             while self.processes(TITLES["trial"]) and time.time() < deadline:
                 time.sleep(1)
@@ -153,8 +154,13 @@ class Soak:
             try:
                 victim.send_signal(signal.SIGKILL)
                 self.kills[kind] += 1
+                self.record(kind, victim.pid)
             except psutil.NoSuchProcess:
                 pass
+
+    def record(self, kind: str, pid: int) -> None:
+        with open(Path(self.args.out) / "faults.log", "a") as f:
+            f.write(f"{time.strftime('%H:%M:%S')} SIGKILL {kind} pid {pid}\n")
 
     def wait_until_gone(self, timeout: float) -> list:
         deadline = time.time() + timeout
