@@ -482,14 +482,15 @@ def test_job_runs_the_venv_python_on_the_uploaded_checkout(ray_head):
 @pytest.mark.slow
 def test_sweep_job_submitted_as_the_docs_say(ray_head, tmp_path):
     job_id = f"distppo-test-{uuid.uuid4().hex[:8]}"
-    args = [*TINY, "--storage", str(tmp_path), "--name", "job"]
+    # `&` and `;` in the arguments stay text through the job's /bin/sh (issue 14)
+    args = [*TINY, "--storage", str(tmp_path / "a&b"), "--name", "job;true"]
     submitted = ray_head.cli("launch/submit_job.sh", *args, timeout=120, JOB_ID=job_id)
     assert submitted.returncode == 0, submitted.stdout[-3000:] + submitted.stderr[-3000:]
     assert f"ray job logs --follow {job_id}" in submitted.stdout  # how to follow it, printed
     logs = ray_head.cli(RAY, "job", "logs", "--follow", job_id, timeout=300)
     assert job_status(ray_head, job_id) == "succeeded", logs.stdout[-4000:] + logs.stderr[-2000:]
-    assert "sweep job: 1/1 done, 0 running, 0 pending, 0 failed" in logs.stdout
-    read_sweep(tmp_path / "job", n_trials=1, n_iterations=2)
+    assert "sweep job;true: 1/1 done, 0 running, 0 pending, 0 failed" in logs.stdout
+    read_sweep(tmp_path / "a&b" / "job;true", n_trials=1, n_iterations=2)
 
 
 @pytest.mark.slow
@@ -578,23 +579,30 @@ def test_slurm_script_on_one_node(tmp_path):
 # --- 5. arguments reach `distppo sweep` as given (issue 14) --------------------------------------
 
 def test_submit_job_passes_arguments_through_the_shell_as_text(tmp_path):
-    """Ray runs a job's entrypoint with /bin/sh -c: a stand-in `ray` does exactly that, and a
-    stand-in `distppo` records the argv it got."""
+    """Ray runs a job's entrypoint string with /bin/sh -c: a stand-in for Ray's Jobs SDK does
+    exactly that with the string the script submits, and a stand-in `distppo` records the argv
+    it got. (The real job server runs the same in test_sweep_job_submitted_as_the_docs_say.)"""
+    fake_ray = tmp_path / "fake" / "ray"
+    fake_ray.mkdir(parents=True)
+    (fake_ray / "__init__.py").write_text("")
+    (fake_ray / "job_submission.py").write_text(
+        "import subprocess\n"
+        "class JobSubmissionClient:\n"
+        "    def submit_job(self, entrypoint, submission_id, runtime_env):\n"
+        "        assert runtime_env == {'working_dir': '.'}\n"
+        "        subprocess.run(['/bin/sh', '-c', entrypoint], check=True)\n")
     shims = tmp_path / "bin"
     shims.mkdir()
-    (shims / "ray").write_text('#!/bin/bash\nwhile [[ "$1" != "--" ]]; do shift; done; shift\n'
-                               '[[ $# -eq 1 ]] || { echo "entrypoint split in $#" >&2; exit 9; }\n'
-                               'exec /bin/sh -c "$1"\n')
     (shims / "distppo").write_text(f'#!{sys.executable}\nimport json, sys\n'
                                    f'open({str(tmp_path / "argv.json")!r}, "w").write('
                                    'json.dumps(sys.argv[1:]))\n')
-    for shim in shims.iterdir():
-        shim.chmod(0o755)
+    (shims / "distppo").chmod(0o755)
     pwned = tmp_path / "pwned"
     args = ["--storage", "s3://bucket/sweeps?endpoint_override=h:9000&scheme=http",
             "--name", f"x;touch {pwned}", "--name", f"it's $(touch {pwned}) `touch {pwned}`",
             "--games", "Pong-v5 Breakout-v5", "--seeds", "", "--x", "a\\b\"c'd\ne"]
-    env = dict(os.environ, RAY_ADDRESS="http://127.0.0.1:1", RAY=str(shims / "ray"),
+    env = dict(os.environ, RAY_ADDRESS="http://127.0.0.1:1", PYTHON=sys.executable,
+               PYTHONPATH=str(tmp_path / "fake"),
                PATH=f"{shims}{os.pathsep}{os.environ['PATH']}")
     proc = subprocess.run(["bash", "launch/submit_job.sh", *args], cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=60)
