@@ -410,6 +410,9 @@ class SweepConfig:
     trial_cpus: float = 1.0
     """CPUs reserved for each trial's own process: the training loop (runners and learner get
     their own bundles), or the whole run with --local"""
+    outputs_every_s: float = 60.0
+    """seconds between rewrites of iterations.parquet and trials.parquet while trials run
+    (after a new trial checkpoint), so `distppo report` works on a running or killed sweep"""
 
     def __post_init__(self) -> None:
         self.validate()
@@ -429,7 +432,7 @@ class SweepConfig:
             raise ConfigError(f"--name {self.name!r} must be a plain folder name")
         if not self.storage:
             raise ConfigError("--storage must name a folder or a URI")
-        for key in ("max_concurrent_trials", "max_failures", "trial_cpus"):
+        for key in ("max_concurrent_trials", "max_failures", "trial_cpus", "outputs_every_s"):
             if getattr(self, key) < 0:
                 raise ConfigError(f"--{_flag(key)} must be >= 0, got {getattr(self, key)}")
 

@@ -5,9 +5,10 @@
 #   launch/submit_job.sh --games atari57 --seeds 1 2 3 --storage s3://YOUR-BUCKET/sweeps \
 #       --name atari57-ppo --total-timesteps 10000000
 #
-# Run it from the repository root. It runs
+# Run it from the repository root. It does what
 #   ray job submit --no-wait --submission-id <JOB_ID> --working-dir . -- distppo sweep <args>
-# and prints the commands that follow the job's logs, show its status and stop it.
+# does, through Ray's Jobs SDK so that each argument reaches distppo as given (quoted for the
+# job's /bin/sh), and prints the commands that follow the job's logs, show its status and stop it.
 #
 # --working-dir . uploads this checkout (what .gitignore and .rayignore exclude stays here:
 # .venv, runs/, sweeps/) and the job imports distppo from it, so the code that runs is the
@@ -20,7 +21,7 @@
 #   RAY_AUTH_MODE=token and RAY_AUTH_TOKEN_PATH (or the token in ~/.ray/auth_token): the
 #                 cluster's token (docs/cluster.md, "Security"); never put it in a file here
 #   JOB_ID        the submission id (default: distppo-sweep-<UTC time>); ids are unique per cluster
-#   RAY           the ray executable (default: ray)
+#   PYTHON        the python that has ray installed (default: python)
 set -euo pipefail
 
 if [[ $# -eq 0 || "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then
@@ -33,10 +34,25 @@ if [[ -z "${RAY_ADDRESS:-}" ]]; then
     exit 2
 fi
 
-ray_bin="${RAY:-ray}"
+python_bin="${PYTHON:-python}"
 job_id="${JOB_ID:-distppo-sweep-$(date -u +%Y%m%d-%H%M%S)}"
 
-"$ray_bin" job submit --no-wait --submission-id "$job_id" --working-dir . -- distppo sweep "$@"
+# Ray runs a job's entrypoint string with /bin/sh. `ray job submit -- ARGS` builds that string
+# with list2cmdline up to Ray 2.5x (double quotes around arguments with spaces only, so `&` in
+# an s3 URI's query splits the command and `$(...)` runs) and with shlex.join after. So the
+# script submits through Ray's Jobs SDK with a string it quotes itself (shlex.join: single
+# quotes), and `exec` makes distppo the job's process, which then gets Ray's stop signal.
+"$python_bin" - "$job_id" "$@" <<'PY'
+import shlex
+import sys
+
+from ray.job_submission import JobSubmissionClient
+
+job_id, args = sys.argv[1], sys.argv[2:]
+client = JobSubmissionClient()  # RAY_ADDRESS; token authentication from RAY_AUTH_* as the CLI
+client.submit_job(entrypoint="exec " + shlex.join(["distppo", "sweep", *args]),
+                  submission_id=job_id, runtime_env={"working_dir": "."})
+PY
 
 cat <<EOF
 

@@ -13,9 +13,12 @@ from calling it directly, all because the script runs on a cluster (docs/cluster
 - `--games atari57` unless --games is given, and `--resume` when <storage>/<name> already
   holds a sweep, so the same command restarts a sweep after the cluster died.
 
-One option of its own: `--wait-for-gpus G` waits (up to `--wait-timeout` seconds, default 1800)
+Options of its own: `--wait-for-gpus G` waits (up to `--wait-timeout` seconds, default 1800)
 until the cluster has G GPUs. Right after `ray up` the GPU workers are still booting, and the
-sweep refuses trials that no node present can host.
+sweep refuses trials that no node present can host. `--trials-failed-ok` exits 0, not 3, when
+the sweep ended with some trials failed for good (their errors are in trials.parquet): for
+launchers that retry a failed job on a new cluster (KubeRay's backoffLimit), which should do
+so for a crashed driver (exit 1) or a lost cluster, never to fail the same trials again.
 """
 from __future__ import annotations
 
@@ -32,6 +35,7 @@ def split_own_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     parser = argparse.ArgumentParser(prog=PROG, add_help=False, allow_abbrev=False)
     parser.add_argument("--wait-for-gpus", type=float, default=0.0)
     parser.add_argument("--wait-timeout", type=float, default=1800.0)
+    parser.add_argument("--trials-failed-ok", action="store_true")
     return parser.parse_known_args(argv)
 
 
@@ -103,7 +107,13 @@ def main(argv: list[str] | None = None) -> int:
     if own.wait_for_gpus > 0 and "--help" not in rest and "-h" not in rest:
         wait_for_gpus(own.wait_for_gpus, own.wait_timeout)
     from distppo.cli.main import main as distppo_main
-    return distppo_main(args)
+    from distppo.sweep.driver import EXIT_TRIALS_FAILED
+    status = distppo_main(args)
+    if status == EXIT_TRIALS_FAILED and own.trials_failed_ok:
+        print(f"{PROG}: some trials failed for good; exit 0 (--trials-failed-ok) so that the "
+              "job is not retried on a new cluster", file=sys.stderr)
+        return 0
+    return status
 
 
 if __name__ == "__main__":

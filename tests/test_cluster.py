@@ -266,6 +266,8 @@ def test_launcher_config_security_and_setup(name):
     head_start = " ".join(config["head_start_ray_commands"])
     assert "--dashboard-host=127.0.0.1" in head_start and "RAY_AUTH_MODE=token" in head_start
     assert "RAY_AUTH_MODE=token" in " ".join(config["worker_start_ray_commands"])
+    # ... and in every other shell on a node: `ray submit`, `ray exec`, the sweep's driver.
+    assert "echo 'export RAY_AUTH_MODE=token' >> ~/.bashrc" in " ".join(config["setup_commands"])
     assert config["file_mounts"]["~/.ray/auth_token"] == "~/.ray/auth_token"
     assert config["file_mounts"]["~/distppo"] == "." and config["rsync_filter"] == [".gitignore"]
     for commands in (config["head_setup_commands"], config["worker_setup_commands"],
@@ -279,6 +281,54 @@ def test_launcher_config_security_and_setup(name):
             ["region", "project_id", "sourceImage", "machineType", "email"])
     for key in keys + ["image", "min_workers", "max_workers", "cluster_name"]:
         assert edit_marked(text, key), f"{name}: no EDIT comment at any `{key}:`"
+
+
+def test_aws_roles_pass_the_workers_role_and_keep_to_the_bucket():
+    """The head's role may pass the workers' role (or `ray up` cannot launch them) and no other,
+    and neither role gets S3 beyond the sweep bucket nor account-wide full access."""
+    config = load_launcher_config("aws-gpu.yaml")
+    types = config["available_node_types"]
+    for name in ("head_cpu", "head_gpu"):
+        assert types[name]["node_config"]["IamInstanceProfile"]["Arn"].endswith(
+            ":instance-profile/distppo-head"), name
+    for name in ("gpu_worker", "cpu_worker"):
+        assert types[name]["node_config"]["IamInstanceProfile"]["Arn"].endswith(
+            ":instance-profile/distppo-sweeps"), name
+    head = json.loads((CLUSTER / "aws-head-policy.json").read_text())["Statement"]
+    worker = json.loads((CLUSTER / "aws-worker-policy.json").read_text())["Statement"]
+    passes = [st for st in head if "iam:PassRole" in st["Action"]]
+    assert [st["Resource"] for st in passes] == ["arn:aws:iam::123456789012:role/distppo-sweeps"]
+    for statements in (head, worker):
+        for st in statements:
+            actions = [st["Action"]] if isinstance(st["Action"], str) else st["Action"]
+            resources = [st["Resource"]] if isinstance(st["Resource"], str) else st["Resource"]
+            assert st["Effect"] == "Allow" and "*" not in actions, st
+            assert not any(a in ("s3:*", "ec2:*", "iam:*") for a in actions), st
+            if any(a.startswith("s3:") for a in actions):
+                assert all(r in ("arn:aws:s3:::YOUR-BUCKET", "arn:aws:s3:::YOUR-BUCKET/*")
+                           for r in resources), st
+            if any(a.startswith("iam:") for a in actions):
+                assert actions == ["iam:PassRole"] and "*" not in resources, st
+    assert not any(a.startswith(("ec2:", "iam:")) for st in worker for a in
+                   ([st["Action"]] if isinstance(st["Action"], str) else st["Action"]))
+
+
+def test_kuberay_retries_crashes_not_failed_trials_and_slurm_warns_before_the_limit():
+    job = kuberay_objects("kuberay-rayjob.yaml")["RayJob"]["spec"]
+    entrypoint = shlex.split(job["entrypoint"])
+    # exit 3 (trials failed for good) ends the job as succeeded: no new GPU cluster for it
+    assert "--trials-failed-ok" in entrypoint and job["backoffLimit"] <= 2
+    sys.path.insert(0, os.path.join(REPO, "launch"))
+    try:
+        from sweep_atari57 import split_own_args
+    finally:
+        sys.path.pop(0)
+    assert split_own_args(["--trials-failed-ok", "--storage", "x"])[0].trials_failed_ok
+    from distppo.sweep.driver import EXIT_TRIALS_FAILED, EXIT_UNFINISHED
+    assert len({0, 1, 2, EXIT_TRIALS_FAILED, EXIT_UNFINISHED}) == 5
+    text = (CLUSTER / "slurm-sweep.sbatch").read_text()
+    assert re.search(r"^#SBATCH --signal=B:USR1@\d+", text, re.M)
+    assert re.search(r"trap '[^']*kill -USR1 \"\$driver\"[^']*' USR1", text)
 
 
 def edit_marked(text: str, key: str) -> bool:
@@ -432,14 +482,15 @@ def test_job_runs_the_venv_python_on_the_uploaded_checkout(ray_head):
 @pytest.mark.slow
 def test_sweep_job_submitted_as_the_docs_say(ray_head, tmp_path):
     job_id = f"distppo-test-{uuid.uuid4().hex[:8]}"
-    args = [*TINY, "--storage", str(tmp_path), "--name", "job"]
+    # `&` and `;` in the arguments stay text through the job's /bin/sh (issue 14)
+    args = [*TINY, "--storage", str(tmp_path / "a&b"), "--name", "job;true"]
     submitted = ray_head.cli("launch/submit_job.sh", *args, timeout=120, JOB_ID=job_id)
     assert submitted.returncode == 0, submitted.stdout[-3000:] + submitted.stderr[-3000:]
     assert f"ray job logs --follow {job_id}" in submitted.stdout  # how to follow it, printed
     logs = ray_head.cli(RAY, "job", "logs", "--follow", job_id, timeout=300)
     assert job_status(ray_head, job_id) == "succeeded", logs.stdout[-4000:] + logs.stderr[-2000:]
-    assert "sweep job: 1/1 done, 0 running, 0 pending, 0 failed" in logs.stdout
-    read_sweep(tmp_path / "job", n_trials=1, n_iterations=2)
+    assert "sweep job;true: 1/1 done, 0 running, 0 pending, 0 failed" in logs.stdout
+    read_sweep(tmp_path / "a&b" / "job;true", n_trials=1, n_iterations=2)
 
 
 @pytest.mark.slow
@@ -523,3 +574,102 @@ def test_slurm_script_on_one_node(tmp_path):
     shutil.rmtree(f"/tmp/ray-{job_id}", ignore_errors=True)
     assert rc == 0 and "holds a sweep: resuming it" in out, out[-4000:]
     read_sweep(tmp_path / "sweeps" / "slurm", n_trials=1, n_iterations=2)
+
+
+# --- 5. arguments reach `distppo sweep` as given (issue 14) --------------------------------------
+
+def test_submit_job_passes_arguments_through_the_shell_as_text(tmp_path):
+    """Ray runs a job's entrypoint string with /bin/sh -c: a stand-in for Ray's Jobs SDK does
+    exactly that with the string the script submits, and a stand-in `distppo` records the argv
+    it got. (The real job server runs the same in test_sweep_job_submitted_as_the_docs_say.)"""
+    fake_ray = tmp_path / "fake" / "ray"
+    fake_ray.mkdir(parents=True)
+    (fake_ray / "__init__.py").write_text("")
+    (fake_ray / "job_submission.py").write_text(
+        "import subprocess\n"
+        "class JobSubmissionClient:\n"
+        "    def submit_job(self, entrypoint, submission_id, runtime_env):\n"
+        "        assert runtime_env == {'working_dir': '.'}\n"
+        "        subprocess.run(['/bin/sh', '-c', entrypoint], check=True)\n")
+    shims = tmp_path / "bin"
+    shims.mkdir()
+    (shims / "distppo").write_text(f'#!{sys.executable}\nimport json, sys\n'
+                                   f'open({str(tmp_path / "argv.json")!r}, "w").write('
+                                   'json.dumps(sys.argv[1:]))\n')
+    (shims / "distppo").chmod(0o755)
+    pwned = tmp_path / "pwned"
+    args = ["--storage", "s3://bucket/sweeps?endpoint_override=h:9000&scheme=http",
+            "--name", f"x;touch {pwned}", "--name", f"it's $(touch {pwned}) `touch {pwned}`",
+            "--games", "Pong-v5 Breakout-v5", "--seeds", "", "--x", "a\\b\"c'd\ne"]
+    env = dict(os.environ, RAY_ADDRESS="http://127.0.0.1:1", PYTHON=sys.executable,
+               PYTHONPATH=str(tmp_path / "fake"),
+               PATH=f"{shims}{os.pathsep}{os.environ['PATH']}")
+    proc = subprocess.run(["bash", "launch/submit_job.sh", *args], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads((tmp_path / "argv.json").read_text()) == ["sweep", *args]
+    assert not pwned.exists()
+
+
+def test_relative_folders_refused_inside_a_ray_job(tmp_path):
+    """A Ray job's driver runs in Ray's temporary copy of --working-dir (Ray names it in the
+    job's RAY_JOB_CONFIG_JSON_ENV_VAR): a relative --storage or --output-dir would be deleted
+    with the job. Outside a job the same relative default is fine."""
+    job = json.dumps({"runtime_env": {"working_dir": "gcs://_ray_pkg_0123456789abcdef.zip"}})
+    env = dict(os.environ, RAY_JOB_CONFIG_JSON_ENV_VAR=job)
+    train = ["train", "--env-id", "CartPole-v1", "--backend", "gym"]
+    for args, flag in ((["sweep", *TINY], "--storage sweeps"),
+                       (["sweep", *TINY, "--storage", "rel/sweeps"], "--storage rel/sweeps"),
+                       (train, "--output-dir runs")):
+        proc = subprocess.run([sys.executable, "-m", "distppo", *args], cwd=tmp_path, env=env,
+                              capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 2, proc.stderr
+        [line] = proc.stderr.strip().splitlines()
+        assert flag in line and "temporary copy" in line and "Traceback" not in line, line
+        assert not list(tmp_path.iterdir())
+
+
+def test_slurm_warning_signal_reaches_the_driver(tmp_path):
+    """The batch script gets USR1 before the time limit (--signal=B:USR1@300) and forwards it
+    to the sweep's driver, on which Tune saves its state and stops (tune.py registers USR1).
+    Stand-ins for Slurm, Ray and the driver; the signals and the script are real."""
+    venv = tmp_path / "venv"
+    shims = venv / "bin"
+    shims.mkdir(parents=True)
+    (shims / "activate").write_text(f'export PATH="{shims}:$PATH"\n')
+    (shims / "scontrol").write_text("#!/bin/bash\necho localhost\n")
+    (shims / "srun").write_text('#!/bin/bash\nwhile [[ "$1" == --* ]]; do shift; done\n'
+                                'exec "$@"\n')
+    (shims / "hostname").write_text("#!/bin/bash\necho 127.0.0.1\n")
+    (shims / "ray").write_text('#!/bin/bash\n[[ "$1 $*" == *--block* ]] && exec sleep 300\n'
+                               "exit 0\n")
+    ready, got = tmp_path / "ready", tmp_path / "got-usr1"
+    driver = (f"import signal, sys, time, pathlib\n"
+              f"def stop(*_):\n    pathlib.Path({str(got)!r}).write_text('USR1')\n"
+              f"    sys.exit(130)\n"
+              f"signal.signal(signal.SIGUSR1, stop)\n"
+              f"pathlib.Path({str(ready)!r}).write_text('up')\n"
+              f"time.sleep(120)\nsys.exit(0)\n")
+    (shims / "python").write_text(
+        f'#!/bin/bash\nif [[ "$1" == "-" ]]; then cat > /dev/null; echo "1 Ray node(s) up"; '
+        f'exit 0; fi\nif [[ "$1" == launch/sweep_atari57.py ]]; then exec {sys.executable} -c '
+        f'{shlex.quote(driver)}; fi\nexec {sys.executable} "$@"\n')
+    for shim in shims.iterdir():
+        shim.chmod(0o755)
+    env = clean_env(uuid.uuid4().hex, SLURM_SUBMIT_DIR=REPO, SLURM_JOB_ID="t0",
+                    SLURM_JOB_NODELIST="localhost", DISTPPO_VENV=str(venv), HEAD_IP="127.0.0.1")
+    proc = subprocess.Popen(["bash", "cluster/slurm-sweep.sbatch", "--storage", str(tmp_path)],
+                            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, start_new_session=True)
+    try:
+        deadline = time.time() + 60
+        while not ready.exists():
+            assert proc.poll() is None and time.time() < deadline, proc.stdout.read()
+            time.sleep(0.2)
+        proc.send_signal(signal.SIGUSR1)  # what Slurm sends the batch shell (B:) at the warning
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        end_processes(proc, env[MARKER])
+    assert got.read_text() == "USR1", out
+    assert proc.returncode == 130, out  # the driver's status: interrupted, resume it
+    assert "time limit in 5 minutes: stopping the sweep" in out

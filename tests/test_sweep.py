@@ -115,7 +115,7 @@ def test_killed_driver_resumes_without_rerunning_finished_trials(ray_cluster, tm
     # One trial at a time, 30 iterations of ~0.1 s each: the kill lands while the second runs.
     args = ["sweep", *GAMES, "--seeds", "1", "2", *TINY, "--num-steps", "64", "--update-epochs",
             "4", "--total-timesteps", str(30 * 2 * 64), "--local", "--max-concurrent-trials", "1",
-            "--storage", str(tmp_path), "--name", "kill"]
+            "--outputs-every-s", "0", "--storage", str(tmp_path), "--name", "kill"]
     sweep_dir = tmp_path / "kill"
     log = open(tmp_path / "driver.log", "w")
     driver = subprocess.Popen([sys.executable, "-m", "distppo", *args], cwd=REPO,
@@ -136,6 +136,12 @@ def test_killed_driver_resumes_without_rerunning_finished_trials(ray_cluster, tm
                 others = [p.parent.parent.name for p in sweep_dir.glob("runs/*/*/trial.json")
                           if p.parent.parent.name != finished and int(p.parent.name) >= 3]
                 running = others[0] if others else None
+        # A second driver on the running sweep (a double submission) is refused: issue 14.
+        second = run_cli("sweep", "--storage", tmp_path, "--name", "kill", "--resume",
+                         timeout=120)
+        assert second.returncode == 2 and "being run by another driver" in second.stderr, (
+            second.stderr[-3000:])
+        assert driver.poll() is None
         driver.send_signal(signal.SIGKILL)
         driver.wait(timeout=30)
     finally:
@@ -143,7 +149,15 @@ def test_killed_driver_resumes_without_rerunning_finished_trials(ray_cluster, tm
             driver.kill()
         log.close()
     assert driver.returncode == -signal.SIGKILL
-    assert not (sweep_dir / "iterations.parquet").exists()  # the driver died mid-sweep
+    # The driver died mid-sweep, yet its outputs are current up to the last checkpoints
+    # (issue 14): the finished trial's rows are all there, and the sweep can be reported.
+    killed = read(sweep_dir / "iterations.parquet")
+    assert killed["trial_id"].to_pylist().count(finished) == 30
+    assert read(sweep_dir / "trials.parquet").num_rows == 4
+    report = run_cli("report", sweep_dir, "--out", tmp_path / "report", "--no-plots",
+                     timeout=300)
+    assert report.returncode == 0, report.stderr[-3000:]
+    assert any((tmp_path / "report").iterdir())
     wait_for_free_cpus(4.0)
 
     proc = run_cli("sweep", "--storage", tmp_path, "--name", "kill", "--resume", timeout=420)

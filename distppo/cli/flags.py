@@ -12,11 +12,16 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
+import os
 from typing import Optional
 
 from distppo.config import FLAT_FIELDS, SECTIONS, TrainConfig, field_docs
+from distppo.errors import UserError
 
 EXIT_USAGE = 2
+# Set by Ray's job supervisor in a job's driver: its runtime_env names the uploaded working_dir.
+RAY_JOB_ENV = "RAY_JOB_CONFIG_JSON_ENV_VAR"
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -106,3 +111,18 @@ def given_flags(args: argparse.Namespace) -> dict:
 def train_config(args: argparse.Namespace, base: Optional[TrainConfig] = None) -> TrainConfig:
     """The TrainConfig of the train flags given (the rest keep `base`'s values)."""
     return (base or TrainConfig()).replace(**given_flags(args))
+
+
+def check_stable_path(path: str, flag: str) -> None:
+    """Under `ray job submit --working-dir`, a job runs in Ray's temporary copy of that folder,
+    deleted with the job: a relative folder would vanish with it (issue 14). One line."""
+    if "://" in path or os.path.isabs(path) or RAY_JOB_ENV not in os.environ:
+        return
+    try:
+        working_dir = json.loads(os.environ[RAY_JOB_ENV])["runtime_env"].get("working_dir")
+    except (ValueError, KeyError, TypeError, AttributeError):
+        working_dir = None
+    if working_dir:
+        raise UserError(f"{flag} {path} is relative, and this Ray job runs in Ray's temporary "
+                        "copy of its --working-dir, deleted with the job: give an absolute "
+                        "path on storage every node shares, or a URI (s3://...)")

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import argparse
 
-from distppo.cli.flags import add_fields, add_train_flags, train_config
+from distppo.cli.flags import add_fields, add_train_flags, check_stable_path, train_config
 from distppo.config import SweepConfig
 from distppo.errors import ConfigError
 
@@ -20,6 +20,9 @@ def add_parser(sub) -> None:
     group.add_argument("--resume", action="store_true", default=False,
                        help="continue the sweep in <storage>/<name>: finished trials stay, the "
                             "rest resume from their last checkpoint; its stored settings win")
+    group.add_argument("--force-unlock", action="store_true", default=False,
+                       help="take the sweep's lease from a driver that died without releasing "
+                            "it (S3: before its expiry); never while that driver still runs")
     p.set_defaults(handler=run)
 
 
@@ -50,11 +53,12 @@ def run(args: argparse.Namespace) -> int:
     given = {k: v for k, v in vars(args).items() if k in SweepConfig.__dataclass_fields__}
     storage = given.get("storage", SweepConfig.storage)
     name = given.get("name", SweepConfig.name)
+    check_stable_path(storage, "--storage")
     if args.resume:
-        result = resume_sweep(storage, name)
+        result = resume_sweep(storage, name, args.force_unlock)
     else:
         if not args.games:
             raise ConfigError("--games is required (atari57, env ids or a file of ids) unless "
                               "--resume")
-        result = start_sweep(sweep_config(args))
+        result = start_sweep(sweep_config(args), args.force_unlock)
     return final_report(result)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 import glob
 
-from distppo.cli.flags import add_train_flags, given_flags
+from distppo.cli.flags import add_train_flags, check_stable_path, given_flags
 from distppo.config import TrainConfig, resume_flags
 
 
@@ -25,6 +25,7 @@ def run(args: argparse.Namespace) -> int:
     given = given_flags(args)
     # with --resume the stored config is the base (core/runfolder.py), not the defaults
     cfg = TrainConfig() if args.resume else TrainConfig().replace(**given)
+    check_stable_path(args.resume or cfg.output_dir, "--resume" if args.resume else "--output-dir")
     paths = train(cfg, make_backend, resume=args.resume, progress=True, given=given)
     print(f"run folder:  {paths.run_dir}")
     print(f"metrics:     {paths.parquet}")

@@ -103,3 +103,11 @@ def claim(prepared: Prepared) -> RunLock:
 def discard(paths: RunPaths) -> None:
     """Remove a new run's folder that holds no row yet: nothing in it is worth keeping."""
     shutil.rmtree(paths.run_dir, ignore_errors=True)
+
+
+def check_resumable(run_dir: str) -> None:
+    """The files a --resume of `run_dir` reads, read now: its config, newest checkpoint and
+    metrics; a damaged one is one UserError line (a sweep trial then takes an older copy)."""
+    read_config_json(run_dir)
+    load_checkpoint(latest_checkpoint(run_dir))
+    read_rows(os.path.join(run_dir, METRICS_FILENAME))

@@ -26,16 +26,22 @@ class Learner:
         self.core = PPOLearner(cfg, obs_shape, num_actions, cfg.seed, rank)
 
     def rendezvous_address(self) -> tuple[str, int]:
-        """An address and a free port on this node, for rank 0 to host the process group."""
-        with socket.socket() as s:
-            s.bind(("", 0))
-            port = s.getsockname()[1]
-        return ray.util.get_node_ip_address(), port
+        """Rank 0: this node's IP and a port the kernel picked, listened on by the group's
+        store. The store has no authentication, so it listens on the node IP only, never on
+        every interface as a TCPStore given a bare port would (issue 14)."""
+        self._listener = listen_on(ray.util.get_node_ip_address())
+        return self._listener.getsockname()[:2]
 
     def init_group(self, addr: str, port: int, rank: int, world_size: int) -> None:
         backend = "nccl" if self.core.device.type == "cuda" else "gloo"
-        dist.init_process_group(backend, init_method=f"tcp://{addr}:{port}", rank=rank,
-                                world_size=world_size, timeout=GROUP_TIMEOUT)
+        if rank == 0:  # the store takes over rank 0's listening socket (rendezvous_address)
+            store = dist.TCPStore(addr, port, world_size, is_master=True, timeout=GROUP_TIMEOUT,
+                                  master_listen_fd=self._listener.detach(), use_libuv=False)
+        else:
+            store = dist.TCPStore(addr, port, world_size, is_master=False,
+                                  timeout=GROUP_TIMEOUT)
+        dist.init_process_group(backend, store=store, rank=rank, world_size=world_size,
+                                timeout=GROUP_TIMEOUT)
         self.core.sync = GradAllReduce(world_size)
 
     def update(self, shares: list, iteration: int) -> dict:
@@ -73,3 +79,9 @@ class Learner:
 
 
 RemoteLearner = ray.remote(Learner)
+
+
+def listen_on(addr: str) -> socket.socket:
+    """A listening TCP socket on `addr` alone, port chosen by the kernel."""
+    family = socket.AF_INET6 if ":" in addr else socket.AF_INET
+    return socket.create_server((addr, 0), family=family)

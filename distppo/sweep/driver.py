@@ -12,7 +12,7 @@ import math
 import sys
 import time
 from collections import Counter
-from typing import TextIO
+from typing import Optional, TextIO
 
 import pyarrow.parquet as pq
 import ray
@@ -23,7 +23,8 @@ from distppo.distributed.connect import connect
 from distppo.distributed.resources import check_fits, trial_bundles
 from distppo.envs.games import check_backend_installed, expand_games  # noqa: F401 (re-export)
 from distppo.errors import ConfigError, UserError
-from distppo.sweep.layout import ITERATIONS_FILE, SWEEP_JSON, TRIALS_FILE, TUNER_STATE
+from distppo.sweep import lease as sweep_lease
+from distppo.sweep.layout import ITERATIONS_FILE, SWEEP_JSON, TRIALS_FILE, TUNER_STATE, first_line
 from distppo.sweep.outputs import STATUS, trial_files, write_iterations, write_trials
 from distppo.sweep.storage import SweepStorage
 from distppo.sweep.tracking import tracking_callbacks
@@ -74,7 +75,12 @@ def summary_line(name: str, sweep: SweepConfig, trials: list) -> str:
 
 
 class SweepCallback(tune.Callback):
-    """Writes trials.parquet as trials end, both Parquet files at the end, and a summary line.
+    """Keeps trials.parquet and iterations.parquet current and prints a summary line.
+
+    Both files are rewritten at most every `outputs_every_s` after a new trial checkpoint,
+    when a trial ends, and at the end, so a running or killed sweep can be reported. A failure
+    here (an unreadable copy, a storage blip) is one line and a count, never the end of the
+    sweep: Tune would otherwise abort the sweep, and every --resume of it at the same point.
 
     Tune pickles it into the sweep's state and brings it back on --resume, so it holds only
     plain data: the file system (and any credentials it resolved) is rebuilt in each process.
@@ -87,6 +93,8 @@ class SweepCallback(tune.Callback):
     def _init_runtime(self) -> None:
         self._storage, self._done_rows = None, {}
         self._last_line, self._last_time = "", 0.0
+        self._dirty, self._written = False, 0.0
+        self.errors = 0
 
     def __getstate__(self) -> dict:
         return {"storage_uri": self.storage_uri, "name": self.name, "sweep": self.sweep}
@@ -101,26 +109,45 @@ class SweepCallback(tune.Callback):
             self._storage = SweepStorage(self.storage_uri, self.name)
         return self._storage
 
-    def on_trial_complete(self, iteration, trials, trial, **info):
-        files = trial_files(self.storage, self.sweep, trials, ending={trial.trial_id: "done"})
+    def _guarded(self, what: str, write) -> None:
+        try:
+            write()
+        except Exception as exc:  # noqa: BLE001 - any failure of an output must not end the sweep
+            self.errors += 1
+            print(f"distppo: sweep outputs not updated at {what} ({type(exc).__name__}: "
+                  f"{first_line(exc)}); the sweep goes on ({self.errors} so far)",
+                  file=sys.stderr, flush=True)
+
+    def _write(self, trials: list, ending: Optional[dict] = None, iterations: bool = True):
+        files = trial_files(self.storage, self.sweep, trials, ending=ending)
         write_trials(self.storage, files, self._done_rows)
+        if iterations:
+            write_iterations(self.storage, files)
+        self._dirty, self._written = False, time.time()
+
+    def on_checkpoint(self, iteration, trials, trial, checkpoint, **info):
+        self._dirty = True
+
+    def on_trial_complete(self, iteration, trials, trial, **info):
+        self._guarded("trial end", lambda: self._write(trials, {trial.trial_id: "done"}))
 
     def on_trial_error(self, iteration, trials, trial, **info):
-        files = trial_files(self.storage, self.sweep, trials, ending={trial.trial_id: "failed"})
-        write_trials(self.storage, files, self._done_rows)
+        self._guarded("trial error", lambda: self._write(trials, {trial.trial_id: "failed"}))
 
     def on_step_end(self, iteration, trials, **info):
+        if self._dirty and time.time() - self._written >= self.sweep.outputs_every_s:
+            self._guarded("a trial checkpoint", lambda: self._write(trials))
         self._summary(trials)
 
     def on_experiment_end(self, trials, **info):
-        files = trial_files(self.storage, self.sweep, trials)
-        write_trials(self.storage, files, self._done_rows)
-        write_iterations(self.storage, files)
+        self._guarded("the sweep's end", lambda: self._write(trials))
         self._summary(trials, force=True)
 
     def _summary(self, trials: list, force: bool = False) -> None:
         """A line when a trial changes state, and every SUMMARY_EVERY_S in between."""
         line = summary_line(self.name, self.sweep, trials)
+        if self.errors:
+            line += f" | {self.errors} output update(s) failed"
         changed = line.split(" | ")[0] != self._last_line.split(" | ")[0]
         if (force and line != self._last_line) or changed or \
                 time.time() - self._last_time > SUMMARY_EVERY_S:
@@ -128,7 +155,7 @@ class SweepCallback(tune.Callback):
             self._last_line, self._last_time = line, time.time()
 
 
-def start_sweep(cfg: SweepConfig) -> SweepStorage:
+def start_sweep(cfg: SweepConfig, force_unlock: bool = False) -> SweepStorage:
     """Run a new sweep in <storage>/<name>; returns where its outputs are."""
     storage = SweepStorage(cfg.storage, cfg.name)
     # Trials resolve the storage in their own working directory: store it absolute.
@@ -136,7 +163,7 @@ def start_sweep(cfg: SweepConfig) -> SweepStorage:
     if storage.exists(TUNER_STATE):
         raise UserError(f"{storage.uri} already holds a sweep: add --resume to continue it or "
                         "pick another --name")
-    trainable = _prepare(cfg, storage)
+    trainable, lease = _prepare(cfg, storage, force_unlock)
     storage.write_json(SWEEP_JSON, cfg.to_dict())
     tuner = tune.Tuner(
         trainable,
@@ -151,11 +178,14 @@ def start_sweep(cfg: SweepConfig) -> SweepStorage:
             # Tune's checkpoints only point at the run copies (sweep_trial.py): keep two.
             checkpoint_config=tune.CheckpointConfig(num_to_keep=2),
             callbacks=[SweepCallback(cfg.storage, cfg.name, cfg), *tracking_callbacks(cfg)]))
-    tuner.fit()
+    try:
+        tuner.fit()
+    finally:
+        sweep_lease.release(lease)
     return storage
 
 
-def resume_sweep(storage_uri: str, name: str) -> SweepStorage:
+def resume_sweep(storage_uri: str, name: str, force_unlock: bool = False) -> SweepStorage:
     """Continue an interrupted sweep (Tuner.restore): finished trials are kept as they are,
     unfinished and failed ones continue from their last checkpoint. Its stored config wins."""
     storage = SweepStorage(storage_uri, name)
@@ -170,33 +200,49 @@ def resume_sweep(storage_uri: str, name: str) -> SweepStorage:
         # Trials and Tune's pickled callback name the storage the sweep was created in.
         raise UserError(f"{storage.uri} was created as {cfg.storage}/{cfg.name}: resume it there "
                         "(moving a sweep to another storage is not supported)")
-    trainable = _prepare(cfg, storage)
-    tuner = tune.Tuner.restore(storage.uri, trainable, resume_unfinished=True, resume_errored=True)
-    tuner.fit()
+    trainable, lease = _prepare(cfg, storage, force_unlock)
+    try:
+        tuner = tune.Tuner.restore(storage.uri, trainable, resume_unfinished=True,
+                                   resume_errored=True)
+        tuner.fit()
+    finally:
+        sweep_lease.release(lease)
     return storage
 
 
-def _prepare(cfg: SweepConfig, storage: SweepStorage):
-    """Checks that need the cluster or the storage, then the trainable with its resources."""
+def _prepare(cfg: SweepConfig, storage: SweepStorage, force_unlock: bool):
+    """Checks that need the cluster or the storage, the sweep's lease (one driver per sweep,
+    sweep/lease.py), then the trainable with its resources."""
     check_trackers(cfg.train)
     check_backend_installed(cfg.train.env.backend)
     bundles = trial_bundles(cfg.train, cfg.trial_cpus)
     created = storage.first_missing()
     storage.probe_write()  # before Ray starts: a bad URI fails in a second, not after a minute
-    connect()
+    # Refused: the folder is the other driver's, even if it appeared since first_missing().
+    lease = sweep_lease.acquire(storage, force_unlock)
     try:
+        connect()
         check_fits(bundles, ray.nodes())
-    except UserError:
+    except BaseException:
+        sweep_lease.release(lease)
         if created:  # a rejected sweep leaves nothing behind
             storage.fs.delete_dir(created)
         raise
     trainable = tune.with_parameters(run_trial, sweep=cfg)
     group = tune.PlacementGroupFactory(bundles, strategy=PLACEMENT_STRATEGY)
-    return tune.with_resources(trainable, group)
+    return tune.with_resources(trainable, group), lease
+
+
+# Exit statuses of `distppo sweep` beyond 0 (all done) and 2 (bad input): a crashed driver exits
+# 1, so a launcher that retries crashes (KubeRay's backoffLimit) can tell trials that failed
+# for good (retrying would only rebuild the cluster to fail them again) from a crash.
+EXIT_TRIALS_FAILED = 3
+EXIT_UNFINISHED = 130
 
 
 def final_report(storage: SweepStorage, stream: TextIO = sys.stdout) -> int:
-    """Print where the outputs are; exit status 0 = all done, 1 = some failed, 130 = unfinished."""
+    """Print where the outputs are; exit status 0 = all done, EXIT_TRIALS_FAILED = some failed
+    for good, EXIT_UNFINISHED = interrupted."""
     table = pq.read_table(storage.join(TRIALS_FILE), filesystem=storage.fs)
     status = Counter(table["status"].to_pylist())
     print(f"sweep folder: {storage.uri}", file=stream)
@@ -210,7 +256,7 @@ def final_report(storage: SweepStorage, stream: TextIO = sys.stdout) -> int:
                   if s == "failed"]
         print(f"{len(failed)} trial(s) failed: {', '.join(failed)}; their errors are in "
               f"{storage.uri}/<trial_id>/error.txt; --resume retries them", file=sys.stderr)
-        return 1
+        return EXIT_TRIALS_FAILED
     print(f"sweep interrupted: continue it with --storage {storage.storage} --name "
           f"{storage.name} --resume", file=sys.stderr)
-    return 130
+    return EXIT_UNFINISHED

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import posixpath
+import sys
 from typing import Optional
 
 import pyarrow as pa
@@ -17,7 +18,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from distppo.config import SweepConfig, trial_id
-from distppo.sweep.layout import ITERATIONS_FILE, TRIALS_FILE
+from distppo.sweep.layout import ITERATIONS_FILE, TRIALS_FILE, first_line
 from distppo.sweep.storage import SweepStorage
 from distppo.telemetry.schema import METRICS_FILENAME, SWEEP_ITERATION_SCHEMA, TRIAL_SCHEMA
 
@@ -42,9 +43,21 @@ class TrialFiles:
 
     @property
     def latest(self) -> Optional[tuple[str, dict]]:
-        """(path, trial.json) of the newest complete run copy; listed on first use only."""
+        """(path, trial.json) of the newest complete run copy whose metrics read back; a
+        corrupt newer one is skipped with one line (the older copy is kept for this). Listed
+        on first use only."""
         if self._latest is False:
-            self._latest = self.storage.latest_run_copy(self.trial_id)
+            self._latest, self._metrics = None, None
+            for path, record in self.storage.complete_run_copies(self.trial_id):
+                try:
+                    table = pq.read_table(posixpath.join(path, METRICS_FILENAME),
+                                          filesystem=self.storage.fs)
+                except (OSError, pa.ArrowException) as exc:
+                    print(f"distppo: run copy {path} cannot be read ({first_line(exc)}): "
+                          "using an older copy", file=sys.stderr, flush=True)
+                    continue
+                self._latest, self._metrics = (path, record), table
+                break
         return self._latest
 
     def _read_json(self, name: str) -> dict:
@@ -55,9 +68,7 @@ class TrialFiles:
         """The trial's iteration rows with trial_id in front, in SWEEP_ITERATION_SCHEMA."""
         if self.latest is None:
             return None
-        table = pq.read_table(posixpath.join(self.latest[0], METRICS_FILENAME),
-                              filesystem=self.storage.fs)
-        table = table.sort_by("iteration")
+        table = self._metrics.sort_by("iteration")
         ids = pa.array([self.trial_id] * table.num_rows, pa.string())
         table = table.add_column(0, "trial_id", ids)
         return table.select(SWEEP_ITERATION_SCHEMA.names).cast(SWEEP_ITERATION_SCHEMA)

@@ -10,7 +10,9 @@ from __future__ import annotations
 import json
 import os
 import posixpath
-from typing import Iterable, Optional
+import secrets
+import shutil
+from typing import Iterable, Iterator, Optional
 
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -18,6 +20,7 @@ import pyarrow.parquet as pq
 
 from distppo.errors import UserError
 from distppo.sweep.layout import KEEP_COPIES, RUNS, TRIAL_JSON, absolute, filesystem, first_line
+from distppo.telemetry.files import is_debris
 
 
 class SweepStorage:
@@ -91,35 +94,82 @@ class SweepStorage:
 
     # -- run copies ----------------------------------------------------------------------------
     def run_copies(self, trial_id: str) -> list[str]:
-        """Paths of the trial's run copies, newest (highest iteration) first."""
+        """Paths of the trial's run copies, newest (highest iteration) first; a hidden name
+        is an upload in progress (or a killed one's debris), never a copy."""
         selector = pafs.FileSelector(self.join(RUNS, trial_id), allow_not_found=True)
         dirs = [i.path for i in self.fs.get_file_info(selector)
-                if i.type == pafs.FileType.Directory]
+                if i.type == pafs.FileType.Directory and not i.base_name.startswith(".")]
         return sorted(dirs, key=posixpath.basename, reverse=True)
 
-    def latest_run_copy(self, trial_id: str) -> Optional[tuple[str, dict]]:
-        """(path, trial.json) of the newest complete run copy, or None."""
+    def complete_run_copies(self, trial_id: str) -> Iterator[tuple[str, dict]]:
+        """(path, trial.json) of each complete run copy, newest first."""
         for path in self.run_copies(trial_id):
             try:
                 with self.fs.open_input_stream(posixpath.join(path, TRIAL_JSON)) as f:
-                    return path, json.loads(f.readall())
+                    yield path, json.loads(f.readall())
             except (OSError, ValueError):  # no trial.json yet, or a half-written one
                 continue
-        return None
+
+    def latest_run_copy(self, trial_id: str) -> Optional[tuple[str, dict]]:
+        """(path, trial.json) of the newest complete run copy, or None."""
+        return next(self.complete_run_copies(trial_id), None)
 
     def upload_run(self, trial_id: str, iteration: int, run_dir: str, record: dict) -> str:
-        """Copy run_dir to runs/<trial_id>/<iteration>; trial.json goes last, as the mark of a
-        complete copy; then drop all but the newest KEEP_COPIES complete ones."""
-        dest = self.join(RUNS, trial_id, f"{iteration:06d}")
-        self.fs.delete_dir_contents(dest, missing_dir_ok=True)  # a crashed attempt's leftovers
-        self.fs.create_dir(dest, recursive=True)
-        pafs.copy_files(run_dir, dest, source_filesystem=pafs.LocalFileSystem(),
-                        destination_filesystem=self.fs)
-        with self.fs.open_output_stream(posixpath.join(dest, TRIAL_JSON)) as f:
+        """Copy run_dir to runs/<trial_id>/<iteration>, never deleting before it is whole.
+
+        The files go to a hidden folder beside it, trial.json last (the mark of a complete
+        copy), and only then take the copy's name: a rename locally; on object stores, where a
+        folder cannot be renamed, each file moves with trial.json last again. A copy of the
+        same iteration already there (a corrupt one a trial fell back from) loses its
+        trial.json first, so a reader takes the older complete copy meanwhile, never a copy
+        without its checkpoint. Killed writers' temp files and locks are not copied. Then all
+        but the newest KEEP_COPIES complete copies are dropped.
+        """
+        parent = self.join(RUNS, trial_id)
+        dest = posixpath.join(parent, f"{iteration:06d}")
+        staging = posixpath.join(parent, f".{iteration:06d}.{secrets.token_hex(4)}.partial")
+        self._drop_staging(parent)
+        self.fs.create_dir(staging, recursive=True)
+        for rel in _run_files(run_dir):
+            if os.path.dirname(rel):
+                self.fs.create_dir(posixpath.join(staging, os.path.dirname(rel)), recursive=True)
+            with open(os.path.join(run_dir, rel), "rb") as src, \
+                    self.fs.open_output_stream(posixpath.join(staging, rel)) as out:
+                shutil.copyfileobj(src, out, 1 << 20)
+        with self.fs.open_output_stream(posixpath.join(staging, TRIAL_JSON)) as f:
             f.write(json.dumps(record, indent=2).encode())
-        for old in self.run_copies(trial_id)[KEEP_COPIES:]:
+        if self._exists_path(dest):
+            self._delete_if_exists(posixpath.join(dest, TRIAL_JSON))
+            self.fs.delete_dir(dest)
+        if isinstance(self.fs, pafs.LocalFileSystem):
+            self.fs.move(staging, dest)
+        else:
+            self._move_files(staging, dest)
+        for old in [p for p, _ in self.complete_run_copies(trial_id)][KEEP_COPIES:]:
             self.fs.delete_dir(old)
         return dest
+
+    def _move_files(self, src: str, dest: str) -> None:
+        selector = pafs.FileSelector(src, recursive=True)
+        files = [i.path for i in self.fs.get_file_info(selector)
+                 if i.type == pafs.FileType.File]
+        files.sort(key=lambda p: posixpath.basename(p) == TRIAL_JSON)  # trial.json last
+        for path in files:
+            self.fs.copy_file(path, posixpath.join(dest, posixpath.relpath(path, src)))
+        self.fs.delete_dir(src)
+
+    def _drop_staging(self, parent: str) -> None:
+        """Uploads of an attempt killed mid-copy (one trial has one writer at a time)."""
+        selector = pafs.FileSelector(parent, allow_not_found=True)
+        for info in self.fs.get_file_info(selector):
+            if info.base_name.startswith(".") and info.base_name.endswith(".partial"):
+                self.fs.delete_dir(info.path)
+
+    def _delete_if_exists(self, path: str) -> None:
+        try:
+            self.fs.delete_file(path)
+        except FileNotFoundError:
+            pass
 
     def download_run(self, path: str, run_dir: str) -> None:
         """The run copy at `path` as the local run folder (without its trial.json, which
@@ -128,3 +178,13 @@ class SweepStorage:
         pafs.copy_files(path, run_dir, source_filesystem=self.fs,
                         destination_filesystem=pafs.LocalFileSystem())
         os.remove(os.path.join(run_dir, TRIAL_JSON))
+
+
+def _run_files(run_dir: str) -> list[str]:
+    """Paths (relative) of the run folder's files, without temp debris and the run lock."""
+    out = []
+    for folder, _, names in os.walk(run_dir):
+        for name in names:
+            if not is_debris(name):
+                out.append(os.path.relpath(os.path.join(folder, name), run_dir))
+    return sorted(out)

@@ -15,7 +15,9 @@ import glob
 import json
 import os
 import platform
+import posixpath
 import shutil
+import sys
 import tempfile
 import time
 from typing import Optional
@@ -25,7 +27,9 @@ from ray import tune
 from distppo.config import SweepConfig, TrainConfig
 from distppo.core.checkpoint import CHECKPOINT_GLOB, checkpoint_dir
 from distppo.core.loop import train
+from distppo.core.runfolder import check_resumable
 from distppo.distributed.factory import make_backend
+from distppo.errors import UserError
 from distppo.sweep.layout import POINTER_JSON
 from distppo.sweep.storage import SweepStorage
 
@@ -43,20 +47,42 @@ def run_trial(config: dict, sweep: SweepConfig) -> None:
     # A crashed attempt may have left rows and checkpoints past its last copy on this disk;
     # the copy in the storage is the only truth.
     shutil.rmtree(run_dir, ignore_errors=True)
-    latest = storage.latest_run_copy(cfg.run_name)
+    latest = _download_newest_readable(storage, cfg.run_name, run_dir)
     if latest is None:
         record = {"trial_id": cfg.run_name, "elapsed_s": 0.0, "resumed_from": [0],
                   "finished": False}
     else:
-        path, record = latest
+        record = latest[1]
         if record["finished"]:
             return  # a finished trial requeued by a resume whose Tune state predates its end
-        storage.download_run(path, run_dir)
         record["resumed_from"].append(record["iteration"])
     reporter = _Reporter(cfg, storage, run_dir, record, started)
     train(cfg.replace(output_dir=workdir), reporter.backend_factory,
           resume=run_dir if latest else None, progress=False,
           on_iteration=reporter.on_iteration)
+
+
+def _download_newest_readable(storage: SweepStorage, trial: str,
+                              run_dir: str) -> Optional[tuple[str, dict]]:
+    """The newest run copy that resumes, downloaded to run_dir: a corrupt one (a damaged
+    checkpoint or metrics file) is skipped with one line for the older copy kept beside it.
+    None = no copy yet; copies that all fail = the trial fails (never a silent restart)."""
+    skipped = []
+    for path, record in storage.complete_run_copies(trial):
+        storage.download_run(path, run_dir)
+        try:
+            check_resumable(run_dir)
+        except UserError as exc:
+            print(f"distppo: run copy {path} cannot be resumed ({exc}): trying an older copy",
+                  file=sys.stderr, flush=True)
+            skipped.append(posixpath.basename(path))
+            shutil.rmtree(run_dir, ignore_errors=True)
+            continue
+        record["skipped_copies"] = record.get("skipped_copies", []) + skipped
+        return path, record
+    if skipped:
+        raise UserError(f"trial {trial}: no run copy can be resumed (skipped {skipped})")
+    return None
 
 
 class _Reporter:

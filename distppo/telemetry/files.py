@@ -99,6 +99,12 @@ def remove_quietly(path: str) -> None:
         pass
 
 
+def is_debris(name: str) -> bool:
+    """A killed writer's temp file, or the run lock: never part of a copy of the run."""
+    return (name.endswith(TMP_SUFFIX) or name == LOCK_NAME
+            or any(fnmatch.fnmatch(name, p) for p in LEGACY_DEBRIS))
+
+
 def clean_debris(folder: str) -> list[str]:
     """Remove temp files that killed writers left in `folder`; returns their names. Call it
     only while holding the folder's RunLock, so no live writer owns them."""
@@ -106,7 +112,7 @@ def clean_debris(folder: str) -> list[str]:
         return []
     removed = []
     for name in os.listdir(folder):
-        if name.endswith(TMP_SUFFIX) or any(fnmatch.fnmatch(name, p) for p in LEGACY_DEBRIS):
+        if name != LOCK_NAME and is_debris(name):
             remove_quietly(os.path.join(folder, name))
             removed.append(name)
     return removed

@@ -1,0 +1,167 @@
+"""One driver per sweep: a lease on <sweep>/.sweep.lease, taken before Ray or Tune start.
+
+Two drivers on one sweep (a second `distppo sweep ... --resume`, or a launch script that adds
+--resume on its own submitted twice) would both restore the experiment and run the same trials
+into the same storage (issue 14). So:
+
+- Local folder: an exclusive flock on the lease file. The kernel drops it when its holder dies,
+  SIGKILL included, so a killed driver never blocks its --resume; the descriptor is not
+  inherited by child processes (Python opens files non-inheritable, PEP 446).
+- S3: an object created only if absent (PUT If-None-Match: *), holding an expiry that the
+  running driver renews every LEASE_TTL_S / 3 (PUT If-Match: its ETag). A driver killed without
+  a chance to delete it blocks others until the expiry passes; `--force-unlock` takes it at once.
+- Any other URI scheme (gs://, ...): no lease, said in one line.
+
+The refusal is one line naming the holder and what to do.
+"""
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import socket
+import sys
+import threading
+import time
+import urllib.parse
+import uuid
+from typing import Optional
+
+from distppo.errors import UserError
+from distppo.sweep.layout import first_line
+
+LEASE_NAME = ".sweep.lease"
+LEASE_TTL_S = float(os.environ.get("DISTPPO_LEASE_TTL_S", "60"))
+
+
+def _holder() -> dict:
+    return {"owner": uuid.uuid4().hex, "pid": os.getpid(), "host": socket.gethostname(),
+            "since": time.time()}
+
+
+def _refusal(uri: str, holder: dict) -> UserError:
+    who = f"pid {holder.get('pid', '?')} on {holder.get('host', '?')}"
+    return UserError(f"sweep {uri} is being run by another driver ({who}): wait for it or stop "
+                     "it; if it is dead, add --force-unlock")
+
+
+def acquire(storage, force: bool = False):
+    """The sweep's lease (LocalLease, S3Lease or None for schemes without one), or UserError."""
+    scheme = storage.storage.split("://", 1)[0] if "://" in storage.storage else "file"
+    if scheme == "file":
+        return LocalLease(storage.join(LEASE_NAME), storage.uri, force)
+    if scheme == "s3":
+        return S3Lease(storage, force)
+    print(f"distppo: no sweep lease on {scheme}:// storage: do not run two drivers on "
+          f"{storage.uri}", file=sys.stderr)
+    return None
+
+
+class LocalLease:
+    def __init__(self, path: str, uri: str, force: bool) -> None:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        if force:  # a holder we cannot see (another host on a shared file system) loses it
+            try:
+                os.remove(path)
+            except FileNotFoundError:
+                pass
+        self.fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            try:
+                holder = json.loads(os.pread(self.fd, 4096, 0) or b"{}")
+            except ValueError:
+                holder = {}
+            os.close(self.fd)
+            raise _refusal(uri, holder) from None
+        os.ftruncate(self.fd, 0)
+        os.pwrite(self.fd, json.dumps(_holder()).encode(), 0)
+
+    def release(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)  # the file stays: removing it would race a second locker
+            self.fd = -1
+
+
+class S3Lease:
+    """A conditional-create lease object with an expiry, renewed by a daemon thread."""
+
+    def __init__(self, storage, force: bool) -> None:
+        try:  # S3 storage only; botocore has the conditional writes since 1.35
+            import boto3
+            from botocore.exceptions import ClientError
+        except ImportError:
+            raise UserError("an s3:// storage needs boto3 for the sweep's lease: pip install "
+                            "'boto3>=1.35' (in the train extra)") from None
+        self._error = ClientError
+        base, _, query = storage.storage.partition("?")
+        options = dict(urllib.parse.parse_qsl(query))
+        endpoint = options.get("endpoint_override")
+        if endpoint and "://" not in endpoint:
+            endpoint = f"{options.get('scheme', 'https')}://{endpoint}"
+        self.s3 = boto3.client("s3", endpoint_url=endpoint, region_name=options.get("region"))
+        self.bucket, _, key = storage.join(LEASE_NAME).partition("/")
+        self.key, self.uri, self.etag = key, storage.uri, None
+        self.holder = _holder()
+        self._take(force)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._renew_loop, name="sweep-lease", daemon=True)
+        self._thread.start()
+
+    def _put(self, **condition) -> str:
+        body = json.dumps(dict(self.holder, expires=time.time() + LEASE_TTL_S)).encode()
+        return self.s3.put_object(Bucket=self.bucket, Key=self.key, Body=body,
+                                  **condition)["ETag"]
+
+    def _code(self, exc) -> str:
+        return exc.response.get("Error", {}).get("Code", "")
+
+    def _take(self, force: bool) -> None:
+        try:
+            self.etag = self._put(IfNoneMatch="*")
+            return
+        except self._error as exc:
+            if self._code(exc) not in ("PreconditionFailed", "412", "ConditionalRequestConflict"):
+                raise UserError(f"sweep lease {self.uri}/{LEASE_NAME}: {first_line(exc)}") from None
+        got = self.s3.get_object(Bucket=self.bucket, Key=self.key)
+        try:
+            holder = json.loads(got["Body"].read())
+        except ValueError:
+            holder = {}
+        if not force and holder.get("expires", 0) > time.time():
+            raise _refusal(self.uri, holder)
+        try:  # expired or forced: take it over, unless another driver did so first
+            self.etag = self._put(IfMatch=got["ETag"])
+        except self._error:
+            raise _refusal(self.uri, holder) from None
+
+    def _renew_loop(self) -> None:
+        while not self._stop.wait(LEASE_TTL_S / 3):
+            try:
+                self.etag = self._put(IfMatch=self.etag)
+            except self._error as exc:
+                if self._code(exc) in ("PreconditionFailed", "412"):
+                    print(f"distppo: sweep lease {self.uri} was taken by another driver "
+                          "(--force-unlock): stop this one", file=sys.stderr, flush=True)
+                    return
+                print(f"distppo: sweep lease renewal failed, retrying: {exc}", file=sys.stderr,
+                      flush=True)
+            except Exception as exc:  # a network blip: the next renewal may work
+                print(f"distppo: sweep lease renewal failed, retrying: {exc}", file=sys.stderr,
+                      flush=True)
+
+    def release(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+        try:
+            got = self.s3.head_object(Bucket=self.bucket, Key=self.key)
+            if got["ETag"] == self.etag:
+                self.s3.delete_object(Bucket=self.bucket, Key=self.key)
+        except self._error:
+            pass
+
+
+def release(lease: Optional[object]) -> None:
+    if lease is not None:
+        lease.release()

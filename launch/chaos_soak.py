@@ -1,0 +1,274 @@
+#!/usr/bin/env python3
+"""Chaos soak: a sweep of CartPole and Atari trials while SIGKILLs land at random moments.
+
+    python launch/chaos_soak.py --minutes 20 --seed 0 --out /tmp/soak   # docs/reliability.md
+
+For --minutes it SIGKILLs, at random intervals (seeded), one of: an env runner, a learner, a
+trial's process, or the sweep's driver (then it resumes the sweep with --resume, as an operator
+would). Then it lets the sweep finish, audits every Parquet row and checks that no process of
+the sweep is left:
+
+- iterations.parquet: every trial done, iterations 1..N once each (no gap, no duplicate),
+  global_step = iteration x num_envs x num_steps exactly;
+- the restarts the product counts: env-runner restarts (`runner_restarts`, per run) against
+  runner kills; trial restarts (trials.parquet `restarts`) against trial-process kills. A kill
+  can be rolled back with its trial (a later trial or driver kill resumes from a checkpoint
+  taken before it), so those are reported as counted / injected with the rolled-back ones
+  explained; rows are never allowed to be lost or duplicated;
+- no process carrying the soak's marker (its environment) runs afterwards.
+
+It prints a Markdown table (also written to <out>/soak.md) and exits 0 when the audit passes.
+The sweep runs on a Ray head of its own (`ray start --head --block` on loopback, random ports),
+which the drivers join as a Ray job's driver does; a killed driver takes its trials down with
+it (they are its actors). The head is stopped at the end, and then nothing may be left.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections import Counter
+from pathlib import Path
+
+import psutil
+import pyarrow.parquet as pq
+
+REPO = Path(__file__).resolve().parent.parent
+MARKER = "DISTPPO_CHAOS_SOAK"
+# Process titles Ray gives actor processes: ray::<Class>.<method> (or ray::<Class> when idle).
+TITLES = {"runner": "ray::EnvRunner", "learner": "ray::Learner", "trial": "ray::ImplicitFunc"}
+KINDS = ("runner", "learner", "trial", "driver")
+WEIGHTS = (4, 2, 2, 1)
+
+
+def free_ports(n: int) -> list[int]:
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def sweep_args(args: argparse.Namespace) -> list[str]:
+    games = ["CartPole-v1", "Acrobot-v1", *args.atari]
+    steps = args.num_envs * args.num_steps
+    return ["sweep", "--games", *games, "--seeds", *map(str, args.seeds), "--backend", "gym",
+            "--num-envs", str(args.num_envs), "--num-steps", str(args.num_steps),
+            "--num-minibatches", "2", "--update-epochs", "1", "--checkpoint-every", "2",
+            "--total-timesteps", str(steps * args.iterations), "--max-failures", "1000",
+            "--trial-cpus", "0.25", "--runner-cpus", "0.25", "--learner-cpus", "0.25",
+            "--outputs-every-s", "5", "--storage", str(args.out), "--name", "soak"]
+
+
+class Soak:
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args, self.rng = args, random.Random(args.seed)
+        self.marker = uuid.uuid4().hex
+        self.env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+        # A token of its own for its head (Ray's token authentication), in no file.
+        self.env.update({MARKER: self.marker, "PYTHONUNBUFFERED": "1",
+                         "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "token",
+                         "RAY_AUTH_TOKEN": secrets.token_hex(32)})
+        self.env.pop("RAY_AUTH_TOKEN_PATH", None)
+        self.head = None
+        self.kills: Counter = Counter()
+        self.driver = None
+        self.log = open(Path(args.out) / "driver.log", "a")
+        self.starts = 0
+
+    def start_head(self) -> None:
+        gcs, client, agent, metrics = free_ports(4)
+        self.temp = f"/tmp/rsoak-{self.marker[:8]}"  # short: Ray's socket paths live under it
+        ray = os.path.join(os.path.dirname(sys.executable), "ray")
+        self.head = subprocess.Popen(
+            [ray, "start", "--head", "--block", "--disable-usage-stats",
+             f"--num-cpus={self.args.cpus}", "--num-gpus=0", "--node-ip-address=127.0.0.1",
+             f"--port={gcs}", f"--ray-client-server-port={client}",
+             f"--dashboard-agent-listen-port={agent}", f"--metrics-export-port={metrics}",
+             "--include-dashboard=false", f"--temp-dir={self.temp}"],
+            env=self.env, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
+        self.env["RAY_ADDRESS"] = f"127.0.0.1:{gcs}"
+        probe = [sys.executable, "-c", "import ray; ray.init(); ray.shutdown()"]
+        deadline = time.time() + 180
+        while subprocess.run(probe, env=self.env, capture_output=True, timeout=120).returncode:
+            if time.time() > deadline or self.head.poll() is not None:
+                raise SystemExit("chaos_soak: the Ray head did not start (see driver.log)")
+            time.sleep(2)
+
+    def stop_head(self) -> None:
+        self.head.send_signal(signal.SIGTERM)  # `ray start --block` stops what it started
+        try:
+            self.head.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.head.kill()
+        shutil.rmtree(self.temp, ignore_errors=True)
+
+    def start_driver(self) -> None:
+        argv = sweep_args(self.args)
+        if self.starts:
+            argv = ["sweep", "--storage", str(self.args.out), "--name", "soak", "--resume"]
+        self.starts += 1
+        self.driver = subprocess.Popen([sys.executable, "-m", "distppo", *argv], cwd=REPO,
+                                       env=self.env, stdout=self.log, stderr=subprocess.STDOUT,
+                                       start_new_session=True)
+
+    def processes(self, title: str = "") -> list[psutil.Process]:
+        found = []
+        for proc in psutil.process_iter(["cmdline"]):
+            try:
+                if proc.pid == os.getpid() or proc.environ().get(MARKER) != self.marker:
+                    continue
+                if title and not " ".join(proc.info["cmdline"] or []).startswith(title):
+                    continue
+                found.append(proc)
+            except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+                continue
+        return found
+
+    def inject(self) -> None:
+        kind = self.rng.choices(KINDS, WEIGHTS)[0]
+        if kind == "driver":
+            self.driver.send_signal(signal.SIGKILL)
+            self.driver.wait(timeout=60)
+            self.kills[kind] += 1
+            self.record(kind, self.driver.pid)
+            deadline = time.time() + 120  # its trials are its actors: they die with it
+            while self.processes(TITLES["trial"]) and time.time() < deadline:
+                time.sleep(1)
+            self.start_driver()
+            return
+        victims = self.processes(TITLES[kind])
+        if victims:
+            victim = self.rng.choice(sorted(victims, key=lambda p: p.pid))
+            try:
+                victim.send_signal(signal.SIGKILL)
+                self.kills[kind] += 1
+                self.record(kind, victim.pid)
+            except psutil.NoSuchProcess:
+                pass
+
+    def record(self, kind: str, pid: int) -> None:
+        with open(Path(self.args.out) / "faults.log", "a") as f:
+            f.write(f"{time.strftime('%H:%M:%S')} SIGKILL {kind} pid {pid}\n")
+
+    def wait_until_gone(self, timeout: float) -> list:
+        deadline = time.time() + timeout
+        while (left := self.processes()) and time.time() < deadline:
+            time.sleep(1)
+        return left
+
+    def run(self) -> int:
+        self.start_head()
+        try:
+            rc, actors = self.soak()
+        finally:
+            self.stop_head()
+        left = self.wait_until_gone(120)
+        return self.audit(rc, actors + left)
+
+    def soak(self) -> tuple[int, list]:
+        self.start_driver()
+        end = time.time() + 60 * self.args.minutes
+        while time.time() < end and self.driver.poll() is None:
+            time.sleep(self.rng.uniform(self.args.min_gap, self.args.max_gap))
+            if time.time() < end and self.driver.poll() is None:
+                self.inject()
+        # Faults over: let the sweep finish (resuming it while trials remain unfinished).
+        for _ in range(5):
+            try:
+                rc = self.driver.wait(timeout=60 * self.args.finish_minutes)
+            except subprocess.TimeoutExpired:
+                self.driver.kill()
+                rc = self.driver.wait(timeout=60)
+                break
+            if rc == 0:
+                break
+            self.start_driver()
+        # The sweep's own processes (drivers' actors) end with it, before the head stops.
+        deadline = time.time() + 120
+        while (actors := [p for t in TITLES.values() for p in self.processes(t)]) and \
+                time.time() < deadline:
+            time.sleep(1)
+        return rc, actors
+
+    def audit(self, rc: int, left: list) -> int:
+        out = Path(self.args.out) / "soak"
+        try:
+            iterations = pq.read_table(out / "iterations.parquet").to_pylist()
+            trials = pq.read_table(out / "trials.parquet").to_pylist()
+        except OSError as exc:  # the sweep never got far: nothing to audit is a failure
+            print(f"chaos_soak: no outputs to audit ({exc}); see {self.args.out}/driver.log")
+            return 1
+        per_iter = self.args.num_envs * self.args.num_steps
+        keys = [(r["trial_id"], r["iteration"]) for r in iterations]
+        expected = {(t["trial_id"], i) for t in trials for i in range(1, self.args.iterations + 1)}
+        duplicates = len(keys) - len(set(keys))
+        missing = len(expected - set(keys))
+        wrong_step = sum(r["global_step"] != r["iteration"] * per_iter for r in iterations)
+        not_done = sum(t["status"] != "done" for t in trials)
+        runner_counted = sum(max((r["runner_restarts"] for r in iterations
+                                  if r["trial_id"] == t["trial_id"]), default=0) for t in trials)
+        trial_counted = sum(t["restarts"] for t in trials)
+        rolled_back = self.kills["trial"] + self.kills["driver"] > 0
+        ok = (rc == 0 and not duplicates and not missing and not wrong_step and not not_done
+              and not left and runner_counted <= self.kills["runner"]
+              and (rolled_back or runner_counted == self.kills["runner"]))
+        rows = [
+            ("faults injected", sum(self.kills.values())),
+            ("env runners killed / runner_restarts counted",
+             f"{self.kills['runner']} / {runner_counted}"),
+            ("learners killed (recovered from the last checkpoint)", self.kills["learner"]),
+            ("trial processes killed / trial restarts counted",
+             f"{self.kills['trial']} / {trial_counted}"),
+            ("drivers killed and resumed", self.kills["driver"]),
+            ("faults survived (sweep finished, every trial done)",
+             sum(self.kills.values()) if not not_done and rc == 0 else "no"),
+            ("trials", len(trials)),
+            ("rows audited", len(iterations)),
+            ("rows lost", missing), ("rows duplicated", duplicates),
+            ("rows with a wrong global_step", wrong_step),
+            ("processes left", len(left)),
+        ]
+        table = "| check | value |\n|---|---|\n" + "".join(f"| {k} | {v} |\n" for k, v in rows)
+        command = "python launch/chaos_soak.py " + " ".join(sys.argv[1:])
+        text = (f"{command}\n\n{table}\nresult: {'PASS' if ok else 'FAIL'}"
+                f"{' (counts may lag kills rolled back with a trial)' if rolled_back else ''}\n")
+        (Path(self.args.out) / "soak.md").write_text(text)
+        print(text)
+        return 0 if ok else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--minutes", type=float, default=20.0, help="how long faults are injected")
+    p.add_argument("--seed", type=int, default=0, help="seed of the fault schedule")
+    p.add_argument("--out", required=True, help="folder for the sweep (<out>/soak) and logs")
+    p.add_argument("--atari", nargs="*", default=["Pong-v5", "Breakout-v5"],
+                   help="Atari games of the sweep (beside CartPole-v1 and Acrobot-v1)")
+    p.add_argument("--seeds", nargs="+", type=int, default=[1, 2])
+    p.add_argument("--cpus", type=int, default=4, help="CPUs the soak's Ray head advertises")
+    p.add_argument("--iterations", type=int, default=400, help="iterations per trial")
+    p.add_argument("--num-envs", type=int, default=2)
+    p.add_argument("--num-steps", type=int, default=32)
+    p.add_argument("--min-gap", type=float, default=5.0, help="fewest seconds between faults")
+    p.add_argument("--max-gap", type=float, default=30.0, help="most seconds between faults")
+    p.add_argument("--finish-minutes", type=float, default=30.0,
+                   help="how long the sweep may take to finish after the faults")
+    args = p.parse_args(argv)
+    os.makedirs(args.out, exist_ok=True)
+    return Soak(args).run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,250 @@
+"""Sweep half of issue 14: one driver per sweep, run copies never half-replaced, outputs that
+survive a failed update, a corrupt newest copy and a killed driver.
+
+Real parts only: a lease held by another live process (and then SIGKILLed), an upload
+SIGKILLed mid-copy, files corrupted on disk, the S3 API of a loopback moto server, real
+sweeps through the CLI on the session's Ray cluster.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+import pytest
+from test_sweep import TINY, assert_complete, s3_server  # noqa: F401 - a fixture
+
+from distppo.errors import UserError
+from distppo.sweep import lease as sweep_lease
+from distppo.sweep.storage import SweepStorage
+
+from conftest import REPO, assert_one_line_error, run_cli
+
+HOLD = ("import sys, time\n"
+        "from distppo.sweep.storage import SweepStorage\n"
+        "from distppo.sweep.lease import acquire\n"
+        "lease = acquire(SweepStorage(sys.argv[1], sys.argv[2]))\n"
+        "print('held', flush=True)\n"
+        "time.sleep(600)\n")
+
+
+def hold_lease(storage: str, name: str, env=None) -> subprocess.Popen:
+    """Another live process holding the sweep's lease, as a first driver would."""
+    proc = subprocess.Popen([sys.executable, "-c", HOLD, storage, name], cwd=REPO,
+                            stdout=subprocess.PIPE, text=True, env=env)
+    assert proc.stdout.readline().strip() == "held"
+    return proc
+
+
+def kill(proc: subprocess.Popen) -> None:
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=30)
+
+
+# --- 1. the sweep lease ------------------------------------------------------------------------
+
+def test_second_driver_refused_locally(tmp_path):
+    holder = hold_lease(str(tmp_path), "busy")
+    try:
+        proc = run_cli("sweep", "--games", "CartPole-v1", "--seeds", "1", *TINY, "--storage",
+                       tmp_path, "--name", "busy", timeout=120)
+        assert_one_line_error(proc, "being run by another driver", f"pid {holder.pid}",
+                              "--force-unlock")
+        assert proc.returncode == 2
+        assert not (tmp_path / "busy" / "sweep.json").exists()
+    finally:
+        kill(holder)
+    # The kernel dropped the dead holder's lock: nothing stale blocks the next driver.
+    lease = sweep_lease.acquire(SweepStorage(str(tmp_path), "busy"))
+    lease.release()
+
+
+def test_s3_lease_expiry_renewal_force(s3_server, monkeypatch):  # noqa: F811
+    fs, creds = s3_server
+    for key, value in creds.items():
+        monkeypatch.setenv(key, value)
+    storage = SweepStorage("s3://sweeps-bucket/sweeps", "lease")
+    key = "sweeps-bucket/sweeps/lease/.sweep.lease"
+
+    def expires() -> float:
+        with fs.open_input_stream(key) as f:
+            return json.loads(f.readall())["expires"]
+
+    monkeypatch.setattr(sweep_lease, "LEASE_TTL_S", 3.0)
+    first = sweep_lease.acquire(storage)
+    with pytest.raises(UserError, match="being run by another driver"):
+        sweep_lease.acquire(storage)
+    before = expires()
+    time.sleep(4.5)  # past the first expiry: renewed (every TTL/3), so still refused
+    assert expires() > before
+    with pytest.raises(UserError, match="being run by another driver"):
+        sweep_lease.acquire(storage)
+    first.release()
+    assert not fs.get_file_info(key).is_file
+    # A driver killed without releasing: its lease blocks until it expires or --force-unlock.
+    with fs.open_output_stream(key) as f:
+        f.write(json.dumps({"pid": 1, "host": "dead", "expires": time.time() + 3600}).encode())
+    proc = run_cli("sweep", "--games", "CartPole-v1", "--seeds", "1", *TINY, "--storage",
+                   "s3://sweeps-bucket/sweeps", "--name", "lease", timeout=120)
+    assert_one_line_error(proc, "being run by another driver", "pid 1 on dead")
+    forced = sweep_lease.acquire(storage, force=True)
+    forced.release()
+    with fs.open_output_stream(key) as f:
+        f.write(json.dumps({"pid": 1, "host": "dead", "expires": time.time() - 1}).encode())
+    expired = sweep_lease.acquire(storage)
+    assert expires() > time.time()
+    expired.release()
+
+
+# --- 2. upload_run: never delete before the new copy is whole ---------------------------------
+
+def make_run(run_dir: Path, iteration: int, checkpoint=None) -> None:
+    (run_dir / "checkpoints").mkdir(parents=True, exist_ok=True)
+    for old in (run_dir / "checkpoints").glob("ckpt_*.pt"):
+        old.unlink()
+    (run_dir / "metrics.parquet").write_bytes(b"rows %d" % iteration)
+    (run_dir / ".distppo.lock").write_text("123")
+    (run_dir / f".metrics.parquet.1.ab{iteration}.distppo-tmp").write_bytes(b"half")
+    (run_dir / "checkpoints" / "ckpt_000001.pt.tmp").write_bytes(b"legacy debris")
+    path = run_dir / "checkpoints" / f"ckpt_{iteration:06d}.pt"
+    if checkpoint is None:
+        path.write_bytes(b"ckpt %d" % iteration)
+    else:
+        os.mkfifo(path)  # an upload that reads it blocks: a copy caught mid-way
+
+
+UPLOAD = ("import sys\n"
+          "from distppo.sweep.storage import SweepStorage\n"
+          "SweepStorage(sys.argv[1], 's').upload_run('t', int(sys.argv[3]), sys.argv[2], {})\n")
+
+
+def test_upload_keeps_old_copy_until_new_is_whole(tmp_path):
+    storage = SweepStorage(str(tmp_path / "store"), "s")
+    run_dir = tmp_path / "run"
+    for it in (1, 2):
+        make_run(run_dir, it)
+        storage.upload_run("t", it, str(run_dir), {"iteration": it})
+    copies = tmp_path / "store" / "s" / "runs" / "t"
+    files = sorted(str(p.relative_to(copies)) for p in copies.glob("**/*") if p.is_file())
+    # temp debris and the run lock never travel into a copy
+    assert files == ["000001/checkpoints/ckpt_000001.pt", "000001/metrics.parquet",
+                     "000001/trial.json", "000002/checkpoints/ckpt_000002.pt",
+                     "000002/metrics.parquet", "000002/trial.json"], files
+
+    # Re-upload iteration 2 (a trial resumed past a corrupt copy) and SIGKILL it mid-copy.
+    make_run(run_dir, 2, checkpoint="fifo")
+    child = subprocess.Popen([sys.executable, "-c", UPLOAD, str(tmp_path / "store"),
+                              str(run_dir), "2"], cwd=REPO)
+    try:
+        deadline = time.time() + 60
+        while not list(copies.glob(".000002.*.partial/checkpoints")):
+            assert time.time() < deadline and child.poll() is None, "upload did not start"
+            time.sleep(0.05)
+        time.sleep(0.5)  # now blocked reading the checkpoint
+    finally:
+        kill(child)
+    # The old copy of iteration 2 is whole, and it is still the newest complete one.
+    assert (copies / "000002" / "checkpoints" / "ckpt_000002.pt").read_bytes() == b"ckpt 2"
+    path, record = storage.latest_run_copy("t")
+    assert path.endswith("000002") and record == {"iteration": 2}
+
+    os.remove(run_dir / "checkpoints" / "ckpt_000002.pt")
+    make_run(run_dir, 2)
+    (run_dir / "metrics.parquet").write_bytes(b"rows 2 again")
+    storage.upload_run("t", 2, str(run_dir), {"iteration": 2, "again": True})
+    assert not list(copies.glob(".*")), "the killed upload's staging folder was not removed"
+    assert (copies / "000002" / "metrics.parquet").read_bytes() == b"rows 2 again"
+    assert storage.latest_run_copy("t")[1]["again"] is True
+    make_run(run_dir, 3)
+    storage.upload_run("t", 3, str(run_dir), {"iteration": 3})
+    assert sorted(p.name for p in copies.iterdir()) == ["000002", "000003"]
+
+
+# --- 3. a failing output update does not end the sweep ----------------------------------------
+
+@pytest.mark.slow
+def test_output_failure_is_counted_not_fatal(ray_cluster, tmp_path):
+    # iterations.parquet cannot be written: a folder with a file holds its name.
+    (tmp_path / "blip" / "iterations.parquet").mkdir(parents=True)
+    (tmp_path / "blip" / "iterations.parquet" / "x").write_text("in the way")
+    proc = run_cli("sweep", "--games", "CartPole-v1", "Acrobot-v1", "--seeds", "1", *TINY,
+                   "--storage", tmp_path, "--name", "blip", "--outputs-every-s", "0", timeout=420)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "sweep blip: 2/2 done, 0 running, 0 pending, 0 failed" in proc.stdout
+    assert "output update(s) failed" in proc.stdout
+    errors = [line for line in proc.stderr.splitlines() if "sweep outputs not updated" in line]
+    assert errors and all("the sweep goes on" in line for line in errors), proc.stderr[-3000:]
+    trials = pq.read_table(tmp_path / "blip" / "trials.parquet")
+    assert trials["status"].to_pylist() == ["done", "done"]
+
+
+# --- 4. a corrupt newest copy: the trial falls back to the older one --------------------------
+
+@pytest.mark.slow
+def test_corrupt_newest_copy_falls_back(ray_cluster, tmp_path):
+    args = ["sweep", "--games", "CartPole-v1", "--seeds", "3", *TINY, "--total-timesteps", "96",
+            "--max-failures", "0", "--storage", tmp_path, "--name", "corrupt"]
+    failed = run_cli(*args, timeout=300, env={"DISTPPO_FAULT_ITERATION": "3"})
+    assert failed.returncode == 3, failed.stderr[-3000:]  # some trials failed, no crash
+    copies = tmp_path / "corrupt" / "runs" / "CartPole-v1__ppo__3"
+    assert sorted(p.name for p in copies.iterdir()) == ["000001", "000002"]
+    # The newest copy is damaged on the storage: a torn checkpoint and an empty metrics file.
+    ckpt = copies / "000002" / "checkpoints" / "ckpt_000002.pt"
+    ckpt.write_bytes(ckpt.read_bytes()[:100])
+    (copies / "000002" / "metrics.parquet").write_bytes(b"")
+    proc = run_cli("sweep", "--storage", tmp_path, "--name", "corrupt", "--resume", timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    sweep_dir = tmp_path / "corrupt"
+    iterations = pq.read_table(sweep_dir / "iterations.parquet")
+    trials = pq.read_table(sweep_dir / "trials.parquet")
+    assert_complete(iterations, trials, n_iterations=3)
+    record = json.loads((copies / "000003" / "trial.json").read_text())
+    assert record["resumed_from"] == [0, 1] and record["skipped_copies"] == ["000002"]
+    assert sorted(p.name for p in copies.iterdir()) == ["000002", "000003"]
+
+
+# --- 7. the chaos soak, short ------------------------------------------------------------------
+
+@pytest.mark.slow
+def test_chaos_soak_short(tmp_path):
+    """launch/chaos_soak.py for 90 s of faults (fixed seed) on a CartPole, Acrobot and Pong
+    sweep: every row there once, exact global_step, no process left (the 20-minute run's table
+    is in docs/reliability.md)."""
+    proc = subprocess.run([sys.executable, "launch/chaos_soak.py", "--minutes", "1.5",
+                           "--seed", "3", "--out", str(tmp_path), "--atari", "Pong-v5",
+                           "--seeds", "1", "--iterations", "40", "--min-gap", "4",
+                           "--max-gap", "12", "--finish-minutes", "8"],
+                          cwd=REPO, capture_output=True, text=True, timeout=900)
+    log = (tmp_path / "driver.log").read_text()[-3000:] if (tmp_path / "driver.log").exists() \
+        else ""
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:] + log
+    table = (tmp_path / "soak.md").read_text()
+    for line in ("| rows lost | 0 |", "| rows duplicated | 0 |",
+                 "| rows with a wrong global_step | 0 |", "| processes left | 0 |",
+                 "| rows audited | 120 |"):
+        assert line in table, table
+    assert "| faults injected | 0 |" not in table, table
+
+
+def test_upload_on_s3_moves_each_file_trial_json_last(s3_server, monkeypatch, tmp_path):  # noqa: F811
+    fs, creds = s3_server
+    for key, value in creds.items():
+        monkeypatch.setenv(key, value)
+    storage = SweepStorage("s3://sweeps-bucket/sweeps", "up")
+    run_dir = tmp_path / "run"
+    for it in (1, 2, 2, 3):
+        make_run(run_dir, it)
+        storage.upload_run("t", it, str(run_dir), {"iteration": it})
+    root = "sweeps-bucket/sweeps/up/runs/t"
+    files = sorted(i.path[len(root) + 1:] for i in fs.get_file_info(
+        pafs.FileSelector(root, recursive=True)) if i.type == pafs.FileType.File)
+    assert files == ["000002/checkpoints/ckpt_000002.pt", "000002/metrics.parquet",
+                     "000002/trial.json", "000003/checkpoints/ckpt_000003.pt",
+                     "000003/metrics.parquet", "000003/trial.json"], files
+    assert storage.latest_run_copy("t")[1] == {"iteration": 3}
