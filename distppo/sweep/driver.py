@@ -21,7 +21,7 @@ from ray import tune
 
 from distppo.config import SweepConfig, trial_id
 from distppo.distributed.connect import connect
-from distppo.distributed.resources import check_fits, trial_bundles
+from distppo.distributed.resources import check_fits, fit_trial, resolve_gpus, trial_bundles
 from distppo.envs.games import ATARI_57, check_backend_installed
 from distppo.errors import ConfigError, UserError
 from distppo.sweep.layout import ITERATIONS_FILE, SWEEP_JSON, TRIALS_FILE, TUNER_STATE
@@ -195,11 +195,12 @@ def _prepare(cfg: SweepConfig, storage: SweepStorage):
     """Checks that need the cluster or the storage, then the trainable with its resources."""
     check_trackers(cfg.train)
     check_backend_installed(cfg.train.env.backend)
-    bundles = trial_bundles(cfg.train, cfg.trial_cpus)
     created = storage.first_missing()
     storage.probe_write()  # before Ray starts: a bad URI fails in a second, not after a minute
     connect()
     try:
+        cfg = fitted(cfg, ray.nodes(), ray.cluster_resources().get("GPU", 0.0))
+        bundles = trial_bundles(cfg.train, cfg.trial_cpus)
         check_fits(bundles, ray.nodes())
     except UserError:
         if created:  # a rejected sweep leaves nothing behind
@@ -208,6 +209,18 @@ def _prepare(cfg: SweepConfig, storage: SweepStorage):
     trainable = tune.with_parameters(run_trial, sweep=cfg)
     group = tune.PlacementGroupFactory(bundles, strategy=PLACEMENT_STRATEGY)
     return tune.with_resources(trainable, group)
+
+
+def fitted(cfg: SweepConfig, nodes: list[dict], cluster_gpus: float) -> SweepConfig:
+    """The sweep as its trials run on this cluster: learner GPUs resolved, CPU reservations
+    shrunk to the largest node (said once), a --local trial's threads = its CPUs."""
+    train = resolve_gpus(cfg.train, cluster_gpus)
+    train, trial_cpus, said = fit_trial(train, cfg.trial_cpus, nodes)
+    if said:
+        print(f"sweep: {said}", flush=True)
+    if train.local and train.runner.num_threads == "auto":
+        train = train.replace(num_threads=max(1, round(trial_cpus)))
+    return dataclasses.replace(cfg, train=train, trial_cpus=trial_cpus)
 
 
 def final_report(storage: SweepStorage, stream: TextIO = sys.stdout) -> int:
