@@ -104,7 +104,13 @@ def test_trial_shrinks_to_the_largest_node_and_keeps_its_size_on_a_big_one():
     shrunk, cpus, _ = fit_trial(gpu, 1.0, [node(64), node(2, gpus=1)])
     check_fits(trial_bundles(shrunk, cpus), [node(64), node(2, gpus=1)])
     local = cfg.replace(local=True)
-    assert fit_trial(local, 4.0, [node(2)])[1] == 2.0
+    assert fit_trial(local, 1.0, [node(0.5)])[1] == 0.5
+    # reservations set to other values are the user's: kept, and check_fits refuses them
+    big = cfg.replace(runner_cpus=64.0)
+    assert fit_trial(big, 1.0, [node(4)]) == (big, 1.0, "")
+    kept, cpus, said = fit_trial(cfg.replace(runner_cpus=1.5), 1.0, [node(2)])
+    assert kept.runner.runner_cpus == 1.5 and cpus == kept.learner.learner_cpus == 0.25
+    assert "shrink to trial 0.25, learner 0.25 CPU" in said
 
 
 # --- the update: channels_last and torch.compile change nothing but rounding -------------------

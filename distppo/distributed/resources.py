@@ -7,7 +7,7 @@ import dataclasses
 import math
 from collections import Counter
 
-from distppo.config import TrainConfig
+from distppo.config import SweepConfig, TrainConfig
 from distppo.core.threads import Threads
 from distppo.errors import UserError
 
@@ -112,34 +112,48 @@ def trial_bundles(train: TrainConfig, trial_cpus: float) -> list[dict]:
 
 def fit_trial(train: TrainConfig, trial_cpus: float, nodes: list[dict]
               ) -> tuple[TrainConfig, float, str]:
-    """Shrink one trial's CPU reservations (trial process, learners, runners, all by the same
-    factor) until its placement group fits the largest alive node; returns (config, trial
-    cpus, a sentence saying what shrank or "" when nothing had to). A pure function of the
-    config and ray.nodes()-shaped node records, so `distppo plan` can call it without Ray.
-    GPUs are never shrunk: check_fits says when they do not fit."""
+    """Shrink the default CPU reservations of one trial (trial process, learners, runners: those
+    still at their defaults, all by one factor) until its placement group fits the largest
+    alive node; returns (config, trial cpus, a sentence saying what shrank, or "" when nothing
+    did). Reservations set to other values are kept: when they alone do not fit, check_fits
+    says so. A pure function of the config and ray.nodes()-shaped records, so `distppo plan`
+    can call it without Ray. GPUs are never shrunk."""
     alive = [n["Resources"] for n in nodes if n.get("Alive")]
-    if not alive:
+    bundles = trial_bundles(train, trial_cpus)
+    need = sum(b.get("CPU", 0.0) for b in bundles)
+    gpu_need = sum(b.get("GPU", 0.0) for b in bundles)
+    hosts = [res for res in alive if res.get("GPU", 0.0) >= gpu_need - 1e-9]
+    have = max((res.get("CPU", 0.0) for res in hosts), default=0.0)
+    if not hosts or need <= have + 1e-9:
         return train, trial_cpus, ""
-    need = sum(b.get("CPU", 0.0) for b in trial_bundles(train, trial_cpus))
-    gpu_need = sum(b.get("GPU", 0.0) for b in trial_bundles(train, trial_cpus))
-    fits_gpu = [res for res in alive if res.get("GPU", 0.0) >= gpu_need - 1e-9] or alive
-    have = max(res.get("CPU", 0.0) for res in fits_gpu)
-    if need <= have + 1e-9 or have <= 0:
-        return train, trial_cpus, ""
-    scale = have / need
-    # two decimals, rounded down, so the shrunk bundles never add up to more than the node
-    def down(x: float) -> float:
-        return max(0.01, math.floor(x * scale * 100) / 100)
     r, lr = train.runner, train.learner
+    default = {"trial": _default(SweepConfig, "trial_cpus"),
+               "runner": _default(type(r), "runner_cpus"),
+               "learner": _default(type(lr), "learner_cpus")}
+    counts = {"trial": 1, "runner": 0 if train.local else r.num_env_runners,
+              "learner": 0 if train.local else lr.num_learners}
+    given = {"trial": trial_cpus, "runner": r.runner_cpus, "learner": lr.learner_cpus}
+    free = [k for k in given if given[k] == default[k] and counts[k]]
+    fixed = sum(given[k] * counts[k] for k in given if k not in free)
+    shrinkable = sum(given[k] * counts[k] for k in free)
+    if not free or have - fixed <= 0:
+        return train, trial_cpus, ""
+    scale = (have - fixed) / shrinkable
+    # two decimals, rounded down, so the shrunk bundles never add up to more than the node
+    new = {k: max(0.01, math.floor(v * scale * 100) / 100) if k in free else v
+           for k, v in given.items()}
     shrunk = dataclasses.replace(
-        train, runner=dataclasses.replace(r, runner_cpus=down(r.runner_cpus)),
-        learner=dataclasses.replace(lr, learner_cpus=down(lr.learner_cpus)))
-    cpus = down(trial_cpus)
-    after = sum(b.get("CPU", 0.0) for b in trial_bundles(shrunk, cpus))
-    return shrunk, cpus, (
-        f"each trial asks for {need:g} CPU but the largest node has {have:g}: shrunk to "
-        f"{after:g} (trial {cpus:g}, learner {shrunk.learner.learner_cpus:g}, runner "
-        f"{shrunk.runner.runner_cpus:g} CPU each)")
+        train, runner=dataclasses.replace(r, runner_cpus=new["runner"]),
+        learner=dataclasses.replace(lr, learner_cpus=new["learner"]))
+    after = sum(b.get("CPU", 0.0) for b in trial_bundles(shrunk, new["trial"]))
+    parts = ", ".join(f"{k} {new[k]:g}" for k in ("trial", "learner", "runner") if k in free)
+    return shrunk, new["trial"], (
+        f"each trial asks for {need:g} CPU but the largest node has {have:g}: its default "
+        f"reservations shrink to {parts} CPU (trial total {after:g})")
+
+
+def _default(cls, name: str):
+    return next(f.default for f in dataclasses.fields(cls) if f.name == name)
 
 
 def check_fits(bundles: list[dict], nodes: list[dict]) -> None:
