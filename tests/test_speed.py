@@ -291,3 +291,26 @@ def test_sweep_with_default_resources_runs_on_this_machine(tmp_path, monkeypatch
         assert len(said) == 1 and f"largest node has {os.cpu_count()}" in said[0], proc.stdout
     else:
         assert not said
+
+
+def test_gradient_all_reduce_takes_channels_last_gradients():
+    """Data-parallel learners flatten every gradient; a channels_last conv weight's gradient is
+    not contiguous, so a view(-1) would fail (a gloo group of one process: the sum is itself)."""
+    import socket
+
+    import torch.distributed as dist
+
+    from distppo.core.update import GradAllReduce
+    agent = make_agent("ppo", (4, 84, 84), 4, channels_last=True)
+    obs, actions = _fixed_batch(4, n=8)
+    _, _, before = _losses_and_grads(agent, obs, actions)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+    try:
+        GradAllReduce(1).grads(agent)
+    finally:
+        dist.destroy_process_group()
+    for k, p in agent.named_parameters():
+        torch.testing.assert_close(p.grad.contiguous(), before[k], rtol=0, atol=0, msg=k)

@@ -39,7 +39,8 @@ class GradAllReduce:
     def grads(self, agent: nn.Module) -> None:
         import torch.distributed as dist
         params = [p for p in agent.parameters() if p.grad is not None]
-        flat = torch.cat([p.grad.view(-1) for p in params])  # [sum of numels]
+        # reshape, not view: a channels_last conv weight's gradient is not contiguous
+        flat = torch.cat([p.grad.reshape(-1) for p in params])  # [sum of numels]
         dist.all_reduce(flat, op=dist.ReduceOp.SUM)
         flat /= self.world_size
         offset = 0
