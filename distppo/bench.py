@@ -93,7 +93,8 @@ def run_once(train_args: list[str], workdir: str, timeout: float = 3600) -> dict
 
 
 def markdown_table(results: dict) -> str:
-    """results[(algo, variant)] = list of run dicts -> medians, ratio to the first variant."""
+    """results[(algo, variant)] = list of run dicts -> medians, ratio to the first variant;
+    peak RSS is the median of the runs' peaks."""
     lines = ["| algo | variant | median SPS | min-max SPS | ratio | peak RSS MB | "
              + " | ".join(PHASES) + " |", "|" + "---|" * (6 + len(PHASES))]
     base = {}
@@ -121,23 +122,65 @@ def write_json(path: str, results: dict, **setup) -> None:
 def run_bench(env_id: str, backend: str, algos: list[str], total_timesteps: int, repeats: int,
               variants: list[tuple[str, list[str]]], extra: list[str]) -> dict:
     """results[(algo, variant name)] = one run dict per repeat, variants interleaved."""
+    jobs = [(algo, name, ["--env-id", env_id, "--backend", backend, "--algo", algo,
+                          "--total-timesteps", str(total_timesteps), *extra, *flags])
+            for algo in algos for name, flags in variants]
+    return run_jobs(jobs, repeats)
+
+
+def run_jobs(jobs: list[tuple[str, str, list[str]]], repeats: int) -> dict:
+    """jobs: [(group, variant name, train args)] -> results[(group, name)] = one run dict per
+    repeat. Repeats outermost: the variants interleave, so a slow minute on the machine hits
+    all of them rather than one."""
     if repeats <= 0:
         raise UserError(f"--repeats must be > 0, got {repeats}")
     results: dict = {}
     with tempfile.TemporaryDirectory(prefix="distppo-bench-") as tmp:
-        # repeats outermost: the variants interleave, so a slow minute on the machine
-        # hits all of them rather than one
         for rep in range(repeats):
-            for algo in algos:
-                for name, flags in variants:
-                    workdir = os.path.join(tmp, f"{algo}-{name}-{rep}")
-                    train_args = ["--env-id", env_id, "--backend", backend, "--algo", algo,
-                                  "--total-timesteps", str(total_timesteps), *extra, *flags]
-                    run = run_once(train_args, workdir)
-                    results.setdefault((algo, name), []).append(run)
-                    print(f"{algo:8s} {name:10s} run {rep + 1}: {run['sps']:,.0f} SPS, "
-                          f"peak RSS {run['peak_rss_mb']:,.0f} MB", flush=True)
+            for k, (group, name, train_args) in enumerate(jobs):
+                run = run_once(train_args, os.path.join(tmp, f"{k}-{rep}"))
+                results.setdefault((group, name), []).append(run)
+                print(f"{group:8s} {name:10s} run {rep + 1}: {run['sps']:,.0f} SPS, "
+                      f"peak RSS {run['peak_rss_mb']:,.0f} MB", flush=True)
     return results
+
+
+# -- `distppo bench --suite speed`: issue 10's table ------------------------------------------
+
+def speed_variants(num_cores: int) -> dict[str, list[str]]:
+    """The variants of the speed table. `baseline` is CleanRL's mode of ours: one process, torch
+    threads = cores (torch's default, as CleanRL runs), every speed option off; the others are
+    distppo's defaults on each path."""
+    return {"baseline": ["--local", "--num-threads", str(num_cores), "--no-channels-last",
+                         "--no-compile", "--amp", "off"],
+            "ray": [], "local": ["--local"], "overlap": ["--overlap"]}
+
+
+# per algo: the backend of its CleanRL reference script and the variants measured
+SPEED_SUITE = {"ppo": ("envpool", ("baseline", "ray", "local", "overlap")),
+               "ppo_lstm": ("gym", ("baseline", "ray", "local"))}
+
+
+def speed_jobs(env_id: str, backend: str | None, algos: list[str], total_timesteps: int,
+               only: list[str] | None, extra: list[str], num_cores: int) -> list:
+    """The jobs of --suite speed: per algo its reference backend (ppo: envpool, ppo_lstm: gym,
+    unless --backend is given) and its variants, the baseline first (the ratios' base)."""
+    flags = speed_variants(num_cores)
+    unknown = sorted(set(only or ()) - set(flags))
+    if unknown:
+        raise UserError(f"--variants {' '.join(unknown)}: the speed suite has "
+                        f"{', '.join(flags)}")
+    jobs = []
+    for algo in algos:
+        algo_backend, names = SPEED_SUITE[algo]
+        b = backend or algo_backend
+        for name in names:
+            if only and name not in only:
+                continue
+            jobs.append((f"{algo} ({b})", name,
+                         ["--env-id", env_id, "--backend", b, "--algo", algo,
+                          "--total-timesteps", str(total_timesteps), *extra, *flags[name]]))
+    return jobs
 
 
 # -- `distppo bench --sink-rows N`: the cost of writing a run's metrics rows ------------------
@@ -148,7 +191,8 @@ def synthetic_row(iteration: int) -> dict:
     row = {c.name: iteration + 0.25 for c in COLUMNS if str(c.dtype) == "double"}
     row.update(run_id="bench", env_id="BreakoutNoFrameskip-v4", algo="ppo", backend="envpool",
                seed=1, iteration=iteration, global_step=1024 * iteration, episodes=2,
-               num_env_runners=1, num_learners=1, policy_lag=0, runner_restarts=0)
+               num_env_runners=1, num_learners=1, learner_threads=1, runner_threads=1,
+               policy_lag=0, runner_restarts=0)
     return row
 
 

@@ -17,6 +17,8 @@ from distppo.errors import ConfigError
 
 ALGOS = ("ppo", "ppo_lstm")
 DEVICES = ("auto", "cpu", "cuda")
+RUNNER_DEVICES = ("cpu", "cuda")
+AMP = ("off", "bf16")
 MAX_SEED = 2**31 - 1
 
 # What --resume may change: where and how the run executes, how it logs and checkpoints, and
@@ -25,8 +27,8 @@ MAX_SEED = 2**31 - 1
 # is neither the old config nor the new one.
 RESUME_SAFE = ("total_timesteps", "local", "device", "cuda", "num_env_runners", "envs_per_runner",
                "runner_cpus", "num_threads", "runner_max_restarts", "learner_cpus",
-               "learner_gpus", "capture_video", "checkpoint_every", "keep_checkpoints",
-               "log_every")
+               "learner_gpus", "runner_device", "runner_gpus", "capture_video",
+               "checkpoint_every", "keep_checkpoints", "log_every", "channels_last", "compile")
 
 
 @dataclass(frozen=True)
@@ -123,21 +125,39 @@ class RunnerConfig:
     """envs per env runner; when given, num_envs becomes num_env_runners * this"""
     runner_cpus: float = 1.0
     """CPUs Ray reserves per env runner (fractions allowed)"""
-    num_threads: int = 1
-    """torch intra-op threads in every process that runs the policy (recorded; decides
-    bit-equality)"""
+    num_threads: str = "auto"
+    """torch intra-op threads per process: auto (the CPUs each process owns: --local all
+    cores; Ray from the node's CPUs, split between runners and learners with --overlap,
+    distributed/resources.py) or a number for every process (recorded; decides bit-equality)"""
     overlap: bool = False
     """runners collect iteration k+1 with weights k while learners update on k (policy lag 1);
     off = CleanRL"""
     runner_max_restarts: int = 3
     """times Ray restarts a dead env runner; its rollout is re-requested with the same weights"""
+    runner_device: str = "cpu"
+    """device of the env runners' policy copies (rollout inference): cpu | cuda"""
+    runner_gpus: float = 0.25
+    """GPUs Ray reserves per env runner with --runner-device cuda (fractions share one GPU)"""
+
+    def __post_init__(self) -> None:
+        # "2" from the command line and 2 from an old config.json are the same setting
+        if isinstance(self.num_threads, str) and self.num_threads.strip().isdigit():
+            object.__setattr__(self, "num_threads", int(self.num_threads))
 
     def validate(self) -> None:
         _positive(self, "num_env_runners")
         if self.envs_per_runner is not None:
             _positive(self, "envs_per_runner")
         _positive(self, "runner_cpus")
-        _positive(self, "num_threads")
+        if self.num_threads != "auto" and not (isinstance(self.num_threads, int)
+                                               and self.num_threads > 0):
+            raise ConfigError(f"--num-threads must be auto or a number > 0, got "
+                              f"{self.num_threads!r}")
+        if self.runner_device not in RUNNER_DEVICES:
+            raise ConfigError(f"unknown runner device {self.runner_device!r}: use one of "
+                              f"{', '.join(RUNNER_DEVICES)}")
+        if not 0 < self.runner_gpus <= 1:
+            raise ConfigError(f"--runner-gpus must lie in (0, 1], got {self.runner_gpus}")
         if self.runner_max_restarts < 0:
             raise ConfigError(f"--runner-max-restarts must be >= 0, got {self.runner_max_restarts}")
 
@@ -152,10 +172,28 @@ class LearnerConfig:
     visible)"""
     num_learners: int = 1
     """data-parallel learner actors on the Ray path"""
-    learner_gpus: float = 0.0
-    """GPUs Ray reserves per learner (0 on a CPU machine)"""
+    learner_gpus: str = "auto"
+    """GPUs Ray reserves per learner: auto (1 when the cluster or machine has a GPU and the
+    learner may use CUDA, else 0) or a number"""
     learner_cpus: float = 1.0
     """CPUs Ray reserves per learner"""
+    channels_last: bool = True
+    """Nature CNN in channels_last memory layout (faster convolutions on CPU and GPU; float
+    rounding differs from CleanRL's layout: --no-channels-last for bit-equal numbers)"""
+    compile: bool = False
+    """torch.compile the learner's model (same numbers within float rounding)"""
+    amp: str = "off"
+    """mixed precision of the learner's update: off | bf16 (GPU only)"""
+
+    def __post_init__(self) -> None:
+        if isinstance(self.learner_gpus, str) and self.learner_gpus != "auto":
+            try:
+                object.__setattr__(self, "learner_gpus", float(self.learner_gpus))
+            except ValueError:
+                raise ConfigError(f"--learner-gpus must be auto or a number >= 0, got "
+                                  f"{self.learner_gpus!r}") from None
+        elif isinstance(self.learner_gpus, int):
+            object.__setattr__(self, "learner_gpus", float(self.learner_gpus))
 
     def validate(self) -> None:
         if self.device not in DEVICES:
@@ -164,8 +202,13 @@ class LearnerConfig:
             raise ConfigError("--device cuda contradicts --no-cuda: drop one of them")
         _positive(self, "num_learners")
         _positive(self, "learner_cpus")
-        if self.learner_gpus < 0:
+        if self.learner_gpus != "auto" and self.learner_gpus < 0:
             raise ConfigError(f"--learner-gpus must be >= 0, got {self.learner_gpus}")
+        if self.amp not in AMP:
+            raise ConfigError(f"unknown --amp {self.amp!r}: use one of {', '.join(AMP)}")
+        if self.amp != "off" and (self.device == "cpu" or not self.cuda):
+            raise ConfigError(f"--amp {self.amp} needs the learner on a GPU: drop --amp or "
+                              "--device cpu/--no-cuda")
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,9 @@ from conftest import run_cli
 
 GOLDEN = Path(__file__).parent / "data" / "golden"
 COMMON = ["--num-envs", "4", "--num-steps", "32", "--num-minibatches", "2", "--update-epochs",
-          "2", "--total-timesteps", "384", "--num-threads", "1", "--seed", "1"]
+          "2", "--total-timesteps", "384", "--num-threads", "1", "--seed", "1",
+          # the files hold CleanRL's memory layout; channels_last rounds differently (issue 10)
+          "--no-channels-last"]
 RUNS = {
     "local_ppo_envpool": ["--local", "--env-id", "Breakout-v5", "--backend", "envpool",
                           "--algo", "ppo"],

@@ -10,9 +10,15 @@ from distppo.errors import UserError
 def add_parser(sub) -> None:
     p = sub.add_parser("bench", help="measure SPS of training variants side by side")
     p.add_argument("--env-id", default="Breakout-v5")
-    p.add_argument("--backend", nargs="+", default=["envpool"],
+    p.add_argument("--backend", nargs="+", default=None,
                    help="env backend of the runs; with --env-only, the backends to compare "
-                        "(default: envpool)")
+                        "(default: envpool; --suite speed: each algo's reference backend)")
+    p.add_argument("--suite", choices=["speed"], default=None,
+                   help="speed: issue 10's table, a CleanRL-mode baseline (--local, threads = "
+                        "cores, every speed option off) against the defaults (ray, local, "
+                        "overlap), ppo on envpool and ppo_lstm on gym, ratios to the baseline")
+    p.add_argument("--variants", nargs="+", default=None, metavar="NAME",
+                   help="with --suite: only these of its variants (the first is the base)")
     p.add_argument("--env-only", action="store_true",
                    help="time the vector envs alone (random actions, no policy, no learner): "
                         "agent steps/s per --backend, --num-envs envs, --total-timesteps steps")
@@ -47,6 +53,13 @@ def run(args: argparse.Namespace) -> int:
         sink_table,
         write_json,
     )
+    if args.suite == "speed":
+        from distppo.bench import run_jobs, speed_jobs
+        from distppo.core.threads import cores
+        jobs = speed_jobs(args.env_id, args.backend[0] if args.backend else None, args.algo,
+                          args.total_timesteps, args.variants, shlex.split(args.extra), cores())
+        return _print(markdown_table(run_jobs(jobs, args.repeats)), args.out)
+    args.backend = args.backend or ["envpool"]
     if args.sink_rows is not None:
         table = sink_table(sink_benchmark(args.sink_rows, args.checkpoint_every))
     elif args.env_only:

@@ -26,12 +26,21 @@ class BackendInfo:
     gpu_name: str = ""             # CUDA device name of learner 0; "" on CPU
     runner_nodes: int = 1          # distinct nodes that host env runners
     in_placement_group: Optional[bool] = None  # every actor in the caller's group (Ray only)
+    learner_threads: int = 1       # torch threads per learner process (the process, local)
+    runner_threads: int = 1        # torch threads per env-runner process (the process, local)
+    runner_device: str = "cpu"     # where the runners' policy copies act
 
     def summary(self) -> str:
-        where = "this process" if self.kind == "local" else f"{self.runner_nodes} node(s)"
-        return (f"{self.kind}: {self.num_env_runners} env runners on {where}, "
-                f"{self.num_learners} learner(s) on {self.learner_device}"
-                + (f" ({self.gpu_name})" if self.gpu_name else ""))
+        """The first line of a run's output: what runs where, with how many threads."""
+        gpu = f" ({self.gpu_name})" if self.gpu_name else ""
+        if self.kind == "local":
+            return (f"local: {self.num_env_runners} env runner(s) and the learner in this "
+                    f"process, learner on {self.learner_device}{gpu}, "
+                    f"{self.learner_threads} torch thread(s)")
+        return (f"ray: {self.num_learners} learner(s) on {self.learner_device}{gpu}, "
+                f"{self.learner_threads} thread(s) each; {self.num_env_runners} env runner(s) "
+                f"on {self.runner_nodes} node(s), {self.runner_device}, "
+                f"{self.runner_threads} thread(s) each")
 
 
 class Backend(Protocol):
@@ -73,8 +82,11 @@ class LocalBackend:
         self.timings = {"t_transfer_s": 0.0, "t_wait_s": 0.0}
 
     def describe(self) -> BackendInfo:
-        device = str(self.learner.device)
-        return BackendInfo("local", len(self.samplers), 1, device, device_name(device))
+        import torch
+        device, threads = str(self.learner.device), torch.get_num_threads()
+        return BackendInfo("local", len(self.samplers), 1, device, device_name(device),
+                           learner_threads=threads, runner_threads=threads,
+                           runner_device=str(self.samplers[0].device))
 
     def start_rollout(self, version: int) -> list[RolloutBatch]:
         start = time.perf_counter()

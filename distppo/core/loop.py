@@ -26,11 +26,12 @@ from distppo.core.checkpoint import (
 from distppo.core.rollout import RolloutMeta
 from distppo.core.runfolder import Prepared, RunPaths, claim, discard, prepare_run
 from distppo.core.seeds import seed_everything
+from distppo.core.threads import cores, local_threads
 from distppo.errors import LearnerFailure, StorageError
 from distppo.telemetry.files import storage_errors
 from distppo.telemetry.parquet import ParquetSink
 from distppo.telemetry.progress import Progress
-from distppo.telemetry.runinfo import record_resume, write_config_json
+from distppo.telemetry.runinfo import record_placement, record_resume, write_config_json
 from distppo.telemetry.schema import LOSS_COLUMNS
 from distppo.telemetry.stats import EpisodeTracker, PhaseTimer, ReferenceReturns
 from distppo.telemetry.tensorboard import TensorBoardWriter
@@ -86,7 +87,9 @@ def _start(run: Prepared, backend_factory: BackendFactory, progress: bool) -> "L
     if state is None:
         write_config_json(paths.config_json, cfg, paths.run_id)
     seed_everything(cfg.seed)
-    torch.set_num_threads(cfg.runner.num_threads)
+    # local: this process does all the work; Ray: the actors set their own (resources.py)
+    torch.set_num_threads(local_threads(cfg, cores()).learner if cfg.local else
+                          1 if cfg.runner.num_threads == "auto" else cfg.runner.num_threads)
     torch.backends.cudnn.deterministic = cfg.torch_deterministic
     # Trackers first: a W&B or MLflow error stops the run before any env or actor exists
     # (train() then removes the new run's folder).
@@ -127,6 +130,9 @@ class Loop:
         self.info: BackendInfo = backend.describe()
         if progress:
             print(self.info.summary(), flush=True)
+        if state is None:
+            with storage_errors(paths.run_dir):
+                record_placement(paths.config_json, self.info)
         self.sink = ParquetSink(paths.parquet)
         self.tracker = EpisodeTracker()
         self.reference = ReferenceReturns(cfg.env.num_envs)
@@ -317,6 +323,7 @@ def iteration_row(cfg: TrainConfig, run_id: str, info: BackendInfo, metas: list[
         **{k: float(stats[k]) for k in LOSS_COLUMNS},
         **timings,
         "num_env_runners": info.num_env_runners, "num_learners": info.num_learners,
+        "learner_threads": info.learner_threads, "runner_threads": info.runner_threads,
         "policy_lag": policy_lag, "runner_restarts": runner_restarts,
         "runner_env_s_mean": sum(env_s) / len(env_s), "runner_env_s_max": max(env_s),
         "runner_infer_s_mean": sum(infer_s) / len(infer_s), "runner_infer_s_max": max(infer_s),

@@ -44,11 +44,25 @@ def make_trunk(obs_shape: tuple) -> tuple[nn.Module, int]:
     raise ValueError(f"unsupported observation shape {obs_shape}")
 
 
-def preprocess(x: torch.Tensor) -> torch.Tensor:
-    """uint8 pixels -> float in [0, 1]; float vectors pass through unchanged."""
+def preprocess(x: torch.Tensor, channels_last: bool = False) -> torch.Tensor:
+    """uint8 pixels -> float in [0, 1]; float vectors pass through unchanged. channels_last:
+    images in the memory layout of a channels_last CNN (same values, NHWC strides), which
+    oneDNN and cuDNN convolve faster (issue 10: 123 -> 84 ms per minibatch on 2 CPU cores)."""
     if x.dtype == torch.uint8:
-        return x.float() / 255.0
-    return x.float()
+        x = x.float() / 255.0
+    else:
+        x = x.float()
+    if channels_last and x.dim() == 4:
+        x = x.contiguous(memory_format=torch.channels_last)
+    return x
+
+
+def use_channels_last(module: nn.Module, obs_shape: tuple, on: bool) -> bool:
+    """Put an image trunk's weights in channels_last; False (nothing done) for vectors."""
+    if not on or len(obs_shape) != 3:
+        return False
+    module.network.to(memory_format=torch.channels_last)
+    return True
 
 
 def sample(probs: Categorical, generator: torch.Generator | None, greedy: bool = False
@@ -58,19 +72,23 @@ def sample(probs: Categorical, generator: torch.Generator | None, greedy: bool =
     `greedy`: the most likely action instead (`distppo eval --greedy`)."""
     if greedy:
         return probs.probs.argmax(dim=-1)
-    return torch.multinomial(probs.probs, 1, True, generator=generator).squeeze(-1)
+    p = probs.probs
+    if generator is not None and generator.device != p.device:  # a CPU stream, a GPU policy
+        return torch.multinomial(p.cpu(), 1, True, generator=generator).squeeze(-1).to(p.device)
+    return torch.multinomial(p, 1, True, generator=generator).squeeze(-1)
 
 
 class Agent(nn.Module):
     """Shared Nature-CNN trunk for images (ppo_atari.py); for vectors, separate actor and
     critic MLPs as CleanRL's ppo.py has them (`critic_network` is None for images)."""
 
-    def __init__(self, obs_shape: tuple, num_actions: int):
+    def __init__(self, obs_shape: tuple, num_actions: int, channels_last: bool = False):
         super().__init__()
         self.network, width = make_trunk(obs_shape)
         self.critic_network = make_trunk(obs_shape)[0] if len(obs_shape) == 1 else None
         self.actor = layer_init(nn.Linear(width, num_actions), std=0.01)
         self.critic = layer_init(nn.Linear(width, 1), std=1)
+        self.channels_last = use_channels_last(self, obs_shape, channels_last)
 
     def _value(self, x: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
         if self.critic_network is None:
@@ -78,12 +96,12 @@ class Agent(nn.Module):
         return self.critic(self.critic_network(x))
 
     def get_value(self, x: torch.Tensor) -> torch.Tensor:
-        x = preprocess(x)
+        x = preprocess(x, self.channels_last)
         return self._value(x, self.network(x) if self.critic_network is None else None)
 
     def get_action_and_value(self, x: torch.Tensor, action: torch.Tensor | None = None,
                              generator: torch.Generator | None = None, greedy: bool = False):
-        x = preprocess(x)
+        x = preprocess(x, self.channels_last)
         hidden = self.network(x)
         logits = self.actor(hidden)
         probs = Categorical(logits=logits)
@@ -97,7 +115,7 @@ class LSTMAgent(nn.Module):
 
     hidden_size = 128
 
-    def __init__(self, obs_shape: tuple, num_actions: int):
+    def __init__(self, obs_shape: tuple, num_actions: int, channels_last: bool = False):
         super().__init__()
         self.network, width = make_trunk(obs_shape)
         self.lstm = nn.LSTM(width, self.hidden_size)
@@ -108,6 +126,7 @@ class LSTMAgent(nn.Module):
                 nn.init.orthogonal_(param, 1.0)
         self.actor = layer_init(nn.Linear(self.hidden_size, num_actions), std=0.01)
         self.critic = layer_init(nn.Linear(self.hidden_size, 1), std=1)
+        self.channels_last = use_channels_last(self, obs_shape, channels_last)
 
     def initial_state(self, num_envs: int, device="cpu") -> tuple[torch.Tensor, torch.Tensor]:
         zeros = torch.zeros(self.lstm.num_layers, num_envs, self.hidden_size, device=device)
@@ -123,7 +142,7 @@ class LSTMAgent(nn.Module):
         in between is one nn.LSTM call. Equal (outputs and gradients) to stepping one time step
         at a time, which `get_states_stepwise` keeps as the reference.
         """
-        hidden = self.network(preprocess(x))
+        hidden = self.network(preprocess(x, self.channels_last))
         n = lstm_state[0].shape[1]
         hidden = hidden.reshape((-1, n, self.lstm.input_size))  # [T*N, W] -> [T, N, W]
         done = done.reshape((-1, n))  # [T*N] -> [T, N]
@@ -140,7 +159,7 @@ class LSTMAgent(nn.Module):
 
     def get_states_stepwise(self, x, lstm_state, done):
         """Reference: CleanRL's one-LSTM-call-per-step loop (slow; used by tests)."""
-        hidden = self.network(preprocess(x))
+        hidden = self.network(preprocess(x, self.channels_last))
         n = lstm_state[0].shape[1]
         hidden = hidden.reshape((-1, n, self.lstm.input_size))  # [T*N, W] -> [T, N, W]
         done = done.reshape((-1, n))  # [T*N] -> [T, N]
@@ -166,7 +185,8 @@ class LSTMAgent(nn.Module):
         return action, probs.log_prob(action), probs.entropy(), self.critic(hidden), lstm_state
 
 
-def make_agent(algo: str, obs_shape: tuple, num_actions: int) -> nn.Module:
+def make_agent(algo: str, obs_shape: tuple, num_actions: int,
+               channels_last: bool = False) -> nn.Module:
     if algo == "ppo_lstm":
-        return LSTMAgent(obs_shape, num_actions)
-    return Agent(obs_shape, num_actions)
+        return LSTMAgent(obs_shape, num_actions, channels_last)
+    return Agent(obs_shape, num_actions, channels_last)

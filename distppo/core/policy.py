@@ -14,7 +14,8 @@ class PolicyState:
 
     def __init__(self, agent: torch.nn.Module, num_envs: int):
         self.is_lstm = isinstance(agent, LSTMAgent)
-        self.lstm = agent.initial_state(num_envs) if self.is_lstm else None
+        self.device = next(agent.parameters()).device
+        self.lstm = agent.initial_state(num_envs, self.device) if self.is_lstm else None
 
 
 @torch.no_grad()
@@ -23,24 +24,25 @@ def policy_step(agent: torch.nn.Module, obs: np.ndarray, done: np.ndarray, state
     """Actions for one vector-env step; advances `state`.
 
     obs [N, *obs_shape] (the env's dtype), done [N] bool (arrived with obs). Returns tensors
-    action [N], logprob [N], value [N, 1].
+    action [N], logprob [N], value [N, 1], on the CPU (the policy may act on a GPU).
     """
-    x = torch.from_numpy(obs)
+    x = torch.from_numpy(obs).to(state.device)
     if state.is_lstm:
-        done_t = torch.from_numpy(done).float()
+        done_t = torch.from_numpy(done).float().to(state.device)
         action, logprob, _, value, state.lstm = agent.get_action_and_value(
             x, state.lstm, done_t, generator=generator, greedy=greedy)
     else:
         action, logprob, _, value = agent.get_action_and_value(x, generator=generator,
                                                                greedy=greedy)
-    return action, logprob, value
+    return action.cpu(), logprob.cpu(), value.cpu()
 
 
 @torch.no_grad()
 def policy_value(agent: torch.nn.Module, obs: np.ndarray, done: np.ndarray,
                  state: PolicyState) -> torch.Tensor:
     """The value of obs [N, ...] without advancing `state` (the rollout's bootstrap value)."""
-    x = torch.from_numpy(obs)
+    x = torch.from_numpy(obs).to(state.device)
     if state.is_lstm:
-        return agent.get_value(x, state.lstm, torch.from_numpy(done).float())
-    return agent.get_value(x)
+        done_t = torch.from_numpy(done).float().to(state.device)
+        return agent.get_value(x, state.lstm, done_t).cpu()
+    return agent.get_value(x).cpu()

@@ -34,6 +34,10 @@ class Sampler:
         # PPO-LSTM on a next-step auto-reset env (EnvPool): mark its reset steps (docs/semantics.md)
         self.exact_resets = exact_resets and self.state.is_lstm
 
+    @property
+    def device(self) -> torch.device:
+        return self.state.device
+
     def set_weights(self, state_dict: dict, version: int) -> None:
         self.agent.load_state_dict(state_dict)
         self.weights_version = version
@@ -55,7 +59,7 @@ class Sampler:
         valid = np.ones((t_steps, n), dtype=bool) if self.exact_resets else None
         initial_lstm_state = None
         if self.state.is_lstm:
-            initial_lstm_state = tuple(s.numpy().copy() for s in self.state.lstm)
+            initial_lstm_state = tuple(s.cpu().numpy().copy() for s in self.state.lstm)
         games = GameLog()
 
         for step in range(t_steps):
@@ -126,12 +130,14 @@ class GameLog:
 def make_sampler(cfg: TrainConfig, runner_index: int, video_dir: str | None = None,
                  incarnation: int = 0) -> Sampler:
     """Runner r's vector env (its seeds derived from the base seed and, for a runner rebuilt
-    after its process died, its incarnation) and a CPU policy copy."""
+    after its process died, its incarnation) and a policy copy on --runner-device."""
     seed = env_seed(cfg.seed, runner_index, cfg.runner_num_envs, cfg.runner.num_env_runners,
                     incarnation)
     vec_env = make_vector_env(cfg.env.env_id, cfg.env.backend, cfg.runner_num_envs, seed,
                               frame_stack(cfg.ppo.algo), video_dir if runner_index == 0 else None,
                               cfg.env.max_episode_steps)
-    agent = make_agent(cfg.ppo.algo, tuple(vec_env.obs_shape), vec_env.num_actions)
+    agent = make_agent(cfg.ppo.algo, tuple(vec_env.obs_shape), vec_env.num_actions,
+                       cfg.learner.channels_last)
+    agent.to(torch.device(cfg.runner.runner_device))
     return Sampler(vec_env, agent, cfg.ppo.num_steps, runner_index, seed,
                    exact_resets=cfg.ppo.lstm_exact_resets)

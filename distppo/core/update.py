@@ -24,6 +24,7 @@ from distppo.core.ppo import (
     ppo_loss,
 )
 from distppo.core.rollout import RolloutBatch
+from distppo.errors import ConfigError
 
 
 class GradAllReduce:
@@ -38,7 +39,8 @@ class GradAllReduce:
     def grads(self, agent: nn.Module) -> None:
         import torch.distributed as dist
         params = [p for p in agent.parameters() if p.grad is not None]
-        flat = torch.cat([p.grad.view(-1) for p in params])  # [sum of numels]
+        # reshape, not view: a channels_last conv weight's gradient is not contiguous
+        flat = torch.cat([p.grad.reshape(-1) for p in params])  # [sum of numels]
         dist.all_reduce(flat, op=dist.ReduceOp.SUM)
         flat /= self.world_size
         offset = 0
@@ -63,8 +65,11 @@ def update(agent: nn.Module, optimizer: optim.Optimizer, batch: RolloutBatch, cf
         lrnow = annealed_lr(p.learning_rate, iteration, cfg.num_iterations)
     optimizer.param_groups[0]["lr"] = lrnow
 
-    def t(a):
-        return torch.as_tensor(a, device=device)
+    def t(a):  # the whole batch moves to the learner's device once per iteration
+        x = torch.as_tensor(a)
+        if device.type == "cuda":  # pinned pages copy asynchronously, overlapping each other
+            return x.pin_memory().to(device, non_blocking=True)
+        return x.to(device)
 
     obs, actions, logprobs = t(batch.obs), t(batch.actions), t(batch.logprobs)
     values, rewards, dones = t(batch.values), t(batch.rewards), t(batch.dones)
@@ -86,6 +91,7 @@ def update(agent: nn.Module, optimizer: optim.Optimizer, batch: RolloutBatch, cf
     b_valid = None if batch.valid is None else t(batch.valid).reshape(-1)
 
     is_lstm = isinstance(agent, LSTMAgent)
+    initial_lstm_state = None
     if is_lstm:
         initial_lstm_state = (t(batch.lstm_state[0]), t(batch.lstm_state[1]))  # [1, N, H] each
 
@@ -99,17 +105,11 @@ def update(agent: nn.Module, optimizer: optim.Optimizer, batch: RolloutBatch, cf
                      flat_minibatches(num_envs * num_steps, p.num_minibatches, rng)]
         for mbenvinds, mb_inds in plans:
             mb_inds = torch.as_tensor(mb_inds, device=device)
-            if is_lstm:
-                mbenvinds = torch.as_tensor(mbenvinds, device=device)
-                _, newlogprob, entropy, newvalue, _ = agent.get_action_and_value(
-                    b_obs[mb_inds],
-                    (initial_lstm_state[0][:, mbenvinds], initial_lstm_state[1][:, mbenvinds]),
-                    b_dones[mb_inds],
-                    b_actions[mb_inds],
-                )
-            else:
-                _, newlogprob, entropy, newvalue = agent.get_action_and_value(
-                    b_obs[mb_inds], b_actions[mb_inds])
+            with autocast(cfg, device):
+                newlogprob, entropy, newvalue = _forward(agent, is_lstm, b_obs, b_dones,
+                                                         b_actions, mb_inds, mbenvinds,
+                                                         initial_lstm_state, device)
+            newlogprob, entropy, newvalue = newlogprob.float(), entropy.float(), newvalue.float()
             if b_valid is not None:
                 # EnvPool's reset steps: the LSTM ran over them to keep the sequence whole; the
                 # loss (and the advantage normalisation) leaves them out (docs/semantics.md).
@@ -143,6 +143,29 @@ def update(agent: nn.Module, optimizer: optim.Optimizer, batch: RolloutBatch, cf
     return stats
 
 
+def _forward(agent, is_lstm: bool, b_obs, b_dones, b_actions, mb_inds, mbenvinds,
+             initial_lstm_state, device):
+    """The minibatch's new log-probs, entropies and values (CleanRL's forward pass)."""
+    if is_lstm:
+        mbenvinds = torch.as_tensor(mbenvinds, device=device)
+        _, newlogprob, entropy, newvalue, _ = agent.get_action_and_value(
+            b_obs[mb_inds],
+            (initial_lstm_state[0][:, mbenvinds], initial_lstm_state[1][:, mbenvinds]),
+            b_dones[mb_inds],
+            b_actions[mb_inds],
+        )
+    else:
+        _, newlogprob, entropy, newvalue = agent.get_action_and_value(
+            b_obs[mb_inds], b_actions[mb_inds])
+    return newlogprob, entropy, newvalue
+
+
+def autocast(cfg: TrainConfig, device: torch.device):
+    """--amp bf16: the forward pass in bfloat16 on the GPU (the loss and Adam stay float32)."""
+    return torch.autocast(device.type, dtype=torch.bfloat16,
+                          enabled=cfg.learner.amp == "bf16" and device.type == "cuda")
+
+
 def resolve_device(name: str, cuda: bool = True) -> torch.device:
     """CleanRL: cuda if torch.cuda.is_available() and args.cuda else cpu; --device overrides."""
     if name == "auto":
@@ -157,8 +180,15 @@ class PPOLearner:
                  rank: int = 0):
         self.cfg = cfg
         self.device = resolve_device(cfg.learner.device, cfg.learner.cuda)
+        if cfg.learner.amp != "off" and self.device.type != "cuda":
+            raise ConfigError(f"--amp {cfg.learner.amp} needs the learner on a GPU and it runs "
+                              f"on {self.device}: drop --amp")
         torch.manual_seed(seed)  # same seed on every learner: identical initial weights
-        self.agent = make_agent(cfg.ppo.algo, obs_shape, num_actions).to(self.device)
+        self.agent = make_agent(cfg.ppo.algo, obs_shape, num_actions,
+                                cfg.learner.channels_last).to(self.device)
+        if cfg.learner.compile:
+            # the bound method, not the module: state_dict keys stay CleanRL's names
+            self.agent.get_action_and_value = torch.compile(self.agent.get_action_and_value)
         self.optimizer = optim.Adam(self.agent.parameters(), lr=cfg.ppo.learning_rate, eps=1e-5)
         self.rng = np.random.default_rng(seed + rank)  # rank r shuffles with seed + r, as CleanRL
         self.rank = rank

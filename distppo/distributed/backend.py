@@ -20,9 +20,16 @@ from distppo.core.backend import BackendInfo
 from distppo.core.rollout import RolloutMeta
 from distppo.distributed.connect import connect
 from distppo.distributed.learner import RemoteLearner
-from distppo.distributed.resources import check_cluster_has, required_resources, runner_strategy
+from distppo.distributed.resources import (
+    check_cluster_has,
+    ray_threads,
+    required_resources,
+    resolve_gpus,
+    run_cpus,
+    runner_strategy,
+)
 from distppo.distributed.runners import RemoteEnvRunner, num_restarts
-from distppo.errors import LearnerFailure, RunnerFailure
+from distppo.errors import LearnerFailure, RunnerFailure, UserError
 
 CALL_TIMEOUT_S = 900.0  # no rollout or update of a sane config takes this long: fail loudly
 RESTART_TIMEOUT_S = 120.0  # a restarted runner that is not back by then is not coming back
@@ -30,15 +37,18 @@ RESTART_TIMEOUT_S = 120.0  # a restarted runner that is not back by then is not 
 
 class RayBackend:
     def __init__(self, cfg: TrainConfig, video_dir: str | None = None):
-        need = required_resources(cfg)
-        connect(min_cpus=need["CPU"])
-        check_cluster_has(need)
+        connect(min_cpus=required_resources(cfg)["CPU"])
+        cfg = resolve_gpus(cfg, ray.cluster_resources().get("GPU", 0.0))  # --learner-gpus auto
+        check_cluster_has(required_resources(cfg))
         self.cfg = cfg
+        self.threads = ray_threads(cfg, run_cpus())
         r = cfg.runner
+        runner_gpus = r.runner_gpus if r.runner_device == "cuda" else 0
         self.runners = [
-            RemoteEnvRunner.options(num_cpus=r.runner_cpus, scheduling_strategy=runner_strategy(),
+            RemoteEnvRunner.options(num_cpus=r.runner_cpus, num_gpus=runner_gpus,
+                                    scheduling_strategy=runner_strategy(),
                                     max_restarts=r.runner_max_restarts, max_task_retries=0
-                                    ).remote(cfg, i, video_dir)
+                                    ).remote(cfg, i, video_dir, self.threads.runner)
             for i in range(r.num_env_runners)
         ]
         self.obs_shape, self.num_actions = self._get(self.runners[0].env_spec.remote(), "runner 0")
@@ -53,12 +63,16 @@ class RayBackend:
     def _describe(self) -> BackendInfo:
         actors = self.runners + self.learners
         runner_nodes = ray.get([a.node_id.remote() for a in self.runners], timeout=CALL_TIMEOUT_S)
-        device, gpu_name = ray.get(self.learners[0].device.remote(), timeout=CALL_TIMEOUT_S)
+        device, gpu_name, learner_threads = ray.get(self.learners[0].device.remote(),
+                                                    timeout=CALL_TIMEOUT_S)
+        runner_threads = ray.get(self.runners[0].threads.remote(), timeout=CALL_TIMEOUT_S)
         group = ray.get_runtime_context().get_placement_group_id()
         theirs = ray.get([a.placement_group_id.remote() for a in actors], timeout=CALL_TIMEOUT_S)
         return BackendInfo("ray", len(self.runners), len(self.learners), device, gpu_name,
                            runner_nodes=len(set(runner_nodes)),
-                           in_placement_group=group is not None and all(t == group for t in theirs))
+                           in_placement_group=group is not None and all(t == group for t in theirs),
+                           learner_threads=learner_threads, runner_threads=runner_threads,
+                           runner_device=self.cfg.runner.runner_device)
 
     def describe(self) -> BackendInfo:
         return self._info
@@ -79,14 +93,28 @@ class RayBackend:
         lr, m = self.cfg.learner, self.cfg.learner.num_learners
         learners = [RemoteLearner.options(num_cpus=lr.learner_cpus, num_gpus=lr.learner_gpus,
                                           max_restarts=0).remote(self.cfg, self.obs_shape,
-                                                                 self.num_actions, rank)
+                                                                 self.num_actions, rank,
+                                                                 self.threads.learner)
                     for rank in range(m)]
+        try:
+            ray.get([learner.pid.remote() for learner in learners], timeout=CALL_TIMEOUT_S)
+        except RayActorError as exc:  # its constructor raised; a user error is one line
+            self.close_actors(learners)
+            for line in reversed(str(exc).splitlines()):
+                for kind in ("ConfigError: ", "UserError: "):
+                    if kind in line:
+                        raise UserError(line.split(kind, 1)[1].strip()) from None
+            raise LearnerFailure("a learner could not start: see its log in the Ray session "
+                                 "folder") from None
         if m > 1:
             addr, port = ray.get(learners[0].rendezvous_address.remote(), timeout=CALL_TIMEOUT_S)
             ray.get([learner.init_group.remote(addr, port, rank, m)
                      for rank, learner in enumerate(learners)], timeout=CALL_TIMEOUT_S)
-        ray.get([learner.pid.remote() for learner in learners], timeout=CALL_TIMEOUT_S)
         return learners
+
+    def close_actors(self, learners: list) -> None:
+        for actor in self.runners + learners:
+            ray.kill(actor)
 
     # -- sampling ---------------------------------------------------------------------------
     def start_rollout(self, version: int):

@@ -14,15 +14,20 @@ import torch.distributed as dist
 from distppo.config import TrainConfig
 from distppo.core.backend import device_name
 from distppo.core.rollout import RolloutBatch
+from distppo.core.threads import cores
 from distppo.core.update import GradAllReduce, PPOLearner
+from distppo.errors import UserError
 
 GROUP_TIMEOUT = datetime.timedelta(minutes=10)
 
 
 class Learner:
-    def __init__(self, cfg: TrainConfig, obs_shape: tuple, num_actions: int, rank: int = 0):
-        # Ray sets OMP threads from num_cpus; make the torch thread count the recorded setting.
-        torch.set_num_threads(cfg.runner.num_threads)
+    def __init__(self, cfg: TrainConfig, obs_shape: tuple, num_actions: int, rank: int = 0,
+                 threads: int = 1):
+        # Ray sets OMP_NUM_THREADS from num_cpus (1 without); torch's own count is what the
+        # update uses: resources.ray_threads chose it, this machine's cores cap it.
+        torch.set_num_threads(max(1, min(threads, cores())))
+        check_gpu(cfg)
         self.core = PPOLearner(cfg, obs_shape, num_actions, cfg.seed, rank)
 
     def rendezvous_address(self) -> tuple[str, int]:
@@ -66,16 +71,27 @@ class Learner:
     def load_state_dict(self, state: dict) -> None:
         self.core.load_state_dict(state)
 
-    def device(self) -> tuple[str, str]:
-        """(torch device, CUDA device name or "")."""
+    def device(self) -> tuple[str, str, int]:
+        """(torch device, CUDA device name or "", torch threads)."""
         device = str(self.core.device)
-        return device, device_name(device)
+        return device, device_name(device), torch.get_num_threads()
 
     def placement_group_id(self) -> str | None:
         return ray.get_runtime_context().get_placement_group_id()
 
     def pid(self) -> int:
         return os.getpid()
+
+
+def check_gpu(cfg: TrainConfig) -> None:
+    """Ray granted this learner a GPU but torch cannot use one: one line, not a CPU run that
+    holds a GPU nobody else may use (the learner would otherwise fall back to the CPU)."""
+    granted = ray.get_gpu_ids()
+    if granted and cfg.learner.device != "cpu" and cfg.learner.cuda \
+            and not torch.cuda.is_available():
+        raise UserError(f"a GPU was granted but CUDA is not usable here: Ray gave this learner "
+                        f"GPU {granted[0]} and torch {torch.__version__} (CUDA "
+                        f"{torch.version.cuda or 'none'}) sees no device: use --learner-gpus 0")
 
 
 RemoteLearner = ray.remote(Learner)

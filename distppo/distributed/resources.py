@@ -3,17 +3,63 @@ where env runners go. Ray itself is imported only by the functions that talk to 
 `distppo plan` can size trials without one."""
 from __future__ import annotations
 
+import dataclasses
+import math
 from collections import Counter
 
-from distppo.config import TrainConfig
+from distppo.config import SweepConfig, TrainConfig
+from distppo.core.threads import Threads
 from distppo.errors import UserError
 
 
-def required_resources(cfg: TrainConfig) -> dict:
-    """The CPUs and GPUs of every actor of one run (the trainer process itself not counted)."""
+def ray_threads(cfg: TrainConfig, cpus: float) -> Threads:
+    """Ray: threads per learner and per env runner when the run has `cpus` CPUs to itself (the
+    largest node, or a sweep trial's reservation).
+
+    Without --overlap the runners wait while the learners update and the learners wait while
+    the runners sample, so each phase may use every CPU: learners get cpus / num_learners,
+    runners cpus / num_env_runners. With --overlap both run at once: the runners keep their
+    reservation (round(runner_cpus), scaled down when it alone exceeds the CPUs) and the
+    learners share the rest, at least one thread each. Never more threads at once than CPUs,
+    unless there are more processes than CPUs (each gets 1)."""
     r, lr = cfg.runner, cfg.learner
+    if r.num_threads != "auto":
+        return Threads(r.num_threads, r.num_threads)
+    cpus = max(1, int(cpus))
+    n, m = r.num_env_runners, lr.num_learners
+    if not r.overlap:
+        return Threads(max(1, cpus // m), max(1, cpus // n))
+    runner = max(1, round(r.runner_cpus))
+    if n * runner + m > cpus:  # the reservations exceed the CPUs: scale the runners down
+        runner = max(1, (cpus - m) // n)
+    return Threads(max(1, (cpus - n * runner) // m), runner)
+
+
+def learner_gpus(cfg: TrainConfig, cluster_gpus: float) -> float:
+    """GPUs per learner: the number given, or with auto one GPU each (a fraction when the
+    learners outnumber the GPUs) when there is one and the learner may use CUDA (not --device
+    cpu or --no-cuda)."""
+    lr = cfg.learner
+    if lr.learner_gpus != "auto":
+        return float(lr.learner_gpus)
+    if cluster_gpus <= 0 or lr.device == "cpu" or not lr.cuda:
+        return 0.0
+    return min(1.0, cluster_gpus / lr.num_learners)
+
+
+def resolve_gpus(cfg: TrainConfig, cluster_gpus: float) -> TrainConfig:
+    """The config with learner_gpus a number (auto resolved against `cluster_gpus`)."""
+    return cfg.replace(learner_gpus=learner_gpus(cfg, cluster_gpus))
+
+
+def required_resources(cfg: TrainConfig) -> dict:
+    """The CPUs and GPUs of every actor of one run (the trainer process itself not counted);
+    learner_gpus auto counts as 0 here (resolve_gpus first)."""
+    r, lr = cfg.runner, cfg.learner
+    gpus = 0.0 if lr.learner_gpus == "auto" else lr.learner_gpus
+    runner_gpus = r.runner_gpus if r.runner_device == "cuda" else 0.0
     return {"CPU": r.num_env_runners * r.runner_cpus + lr.num_learners * lr.learner_cpus,
-            "GPU": lr.num_learners * lr.learner_gpus}
+            "GPU": lr.num_learners * gpus + r.num_env_runners * runner_gpus}
 
 
 def check_cluster_has(need: dict) -> None:
@@ -27,6 +73,19 @@ def check_cluster_has(need: dict) -> None:
                             f"--num-learners/--learner-gpus or add nodes")
 
 
+def run_cpus() -> float:
+    """The CPUs a run on the connected cluster may use at once: its placement group's (a sweep
+    trial), else the largest alive node's."""
+    import ray
+    from ray.util.placement_group import get_current_placement_group, placement_group_table
+    group = get_current_placement_group()
+    if group is not None:
+        bundles = placement_group_table(group).get("bundles", {})
+        return sum(b.get("CPU", 0.0) for b in bundles.values())
+    return max((n["Resources"].get("CPU", 0.0) for n in ray.nodes() if n.get("Alive")),
+               default=1.0)
+
+
 def runner_strategy():
     """SPREAD over the cluster, except inside a placement group (a sweep trial): an explicit
     strategy would take the runners out of the group the trial reserved for them."""
@@ -37,13 +96,64 @@ def runner_strategy():
 
 
 def trial_bundles(train: TrainConfig, trial_cpus: float) -> list[dict]:
-    """The placement group of one trial; bundle 0 hosts the trial process (Tune's convention)."""
+    """The placement group of one trial; bundle 0 hosts the trial process (Tune's convention).
+    learner_gpus auto counts as 0 (resolve_gpus first)."""
+    lr, r = train.learner, train.runner
+    gpus = 0.0 if lr.learner_gpus == "auto" else lr.learner_gpus
     if train.local:  # LocalBackend: samplers and learner live in the trial process itself
-        return [{"CPU": trial_cpus, "GPU": train.learner.learner_gpus}]
-    r, lr = train.runner, train.learner
+        return [{"CPU": trial_cpus, "GPU": gpus}]
+    runner = {"CPU": r.runner_cpus}
+    if r.runner_device == "cuda":
+        runner["GPU"] = r.runner_gpus
     return ([{"CPU": trial_cpus}]
-            + [{"CPU": lr.learner_cpus, "GPU": lr.learner_gpus}] * lr.num_learners
-            + [{"CPU": r.runner_cpus}] * r.num_env_runners)
+            + [{"CPU": lr.learner_cpus, "GPU": gpus}] * lr.num_learners
+            + [runner] * r.num_env_runners)
+
+
+def fit_trial(train: TrainConfig, trial_cpus: float, nodes: list[dict]
+              ) -> tuple[TrainConfig, float, str]:
+    """Shrink the default CPU reservations of one trial (trial process, learners, runners: those
+    still at their defaults, all by one factor) until its placement group fits the largest
+    alive node; returns (config, trial cpus, a sentence saying what shrank, or "" when nothing
+    did). Reservations set to other values are kept: when they alone do not fit, check_fits
+    says so. A pure function of the config and ray.nodes()-shaped records, so `distppo plan`
+    can call it without Ray. GPUs are never shrunk."""
+    alive = [n["Resources"] for n in nodes if n.get("Alive")]
+    bundles = trial_bundles(train, trial_cpus)
+    need = sum(b.get("CPU", 0.0) for b in bundles)
+    gpu_need = sum(b.get("GPU", 0.0) for b in bundles)
+    hosts = [res for res in alive if res.get("GPU", 0.0) >= gpu_need - 1e-9]
+    have = max((res.get("CPU", 0.0) for res in hosts), default=0.0)
+    if not hosts or need <= have + 1e-9:
+        return train, trial_cpus, ""
+    r, lr = train.runner, train.learner
+    default = {"trial": _default(SweepConfig, "trial_cpus"),
+               "runner": _default(type(r), "runner_cpus"),
+               "learner": _default(type(lr), "learner_cpus")}
+    counts = {"trial": 1, "runner": 0 if train.local else r.num_env_runners,
+              "learner": 0 if train.local else lr.num_learners}
+    given = {"trial": trial_cpus, "runner": r.runner_cpus, "learner": lr.learner_cpus}
+    free = [k for k in given if given[k] == default[k] and counts[k]]
+    fixed = sum(given[k] * counts[k] for k in given if k not in free)
+    shrinkable = sum(given[k] * counts[k] for k in free)
+    if not free or have - fixed <= 0:
+        return train, trial_cpus, ""
+    scale = (have - fixed) / shrinkable
+    # two decimals, rounded down, so the shrunk bundles never add up to more than the node
+    new = {k: max(0.01, math.floor(v * scale * 100) / 100) if k in free else v
+           for k, v in given.items()}
+    shrunk = dataclasses.replace(
+        train, runner=dataclasses.replace(r, runner_cpus=new["runner"]),
+        learner=dataclasses.replace(lr, learner_cpus=new["learner"]))
+    after = sum(b.get("CPU", 0.0) for b in trial_bundles(shrunk, new["trial"]))
+    parts = ", ".join(f"{k} {new[k]:g}" for k in ("trial", "learner", "runner") if k in free)
+    return shrunk, new["trial"], (
+        f"each trial asks for {need:g} CPU but the largest node has {have:g}: its default "
+        f"reservations shrink to {parts} CPU (trial total {after:g})")
+
+
+def _default(cls, name: str):
+    return next(f.default for f in dataclasses.fields(cls) if f.name == name)
 
 
 def check_fits(bundles: list[dict], nodes: list[dict]) -> None:

@@ -10,13 +10,16 @@ from ray._private.state import actors as actor_table
 from distppo.config import TrainConfig
 from distppo.core.rollout import RolloutBatch, RolloutMeta
 from distppo.core.sampler import make_sampler
+from distppo.core.threads import cores
 from distppo.errors import EnvError
 
 
 class EnvRunner:
-    def __init__(self, cfg: TrainConfig, runner_index: int, video_dir: str | None = None):
-        # Ray sets OMP threads from num_cpus; make the torch thread count the recorded setting.
-        torch.set_num_threads(cfg.runner.num_threads)
+    def __init__(self, cfg: TrainConfig, runner_index: int, video_dir: str | None = None,
+                 threads: int = 1):
+        # Ray sets OMP_NUM_THREADS from num_cpus (1 without); torch's own count is what
+        # inference uses: resources.ray_threads chose it, this machine's cores cap it.
+        torch.set_num_threads(max(1, min(threads, cores())))
         self.label = f"env runner {runner_index} ({cfg.env.env_id}, {cfg.env.backend})"
         # Ray runs this constructor again in a new process after the old one died; the
         # restart count picks fresh env seeds for the rebuilt envs (core/seeds.py).
@@ -43,6 +46,9 @@ class EnvRunner:
             raise EnvError(f"{self.label} failed while stepping: "
                            f"{type(exc).__name__}: {exc}") from None
         return batch.meta, batch
+
+    def threads(self) -> int:
+        return torch.get_num_threads()
 
     def pid(self) -> int:
         return os.getpid()

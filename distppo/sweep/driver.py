@@ -20,7 +20,7 @@ from ray import tune
 
 from distppo.config import SweepConfig, trial_id
 from distppo.distributed.connect import connect
-from distppo.distributed.resources import check_fits, trial_bundles
+from distppo.distributed.resources import check_fits, fit_trial, resolve_gpus, trial_bundles
 from distppo.envs.games import check_backend_installed, expand_games  # noqa: F401 (re-export)
 from distppo.errors import ConfigError, UserError
 from distppo.sweep import lease as sweep_lease
@@ -215,13 +215,14 @@ def _prepare(cfg: SweepConfig, storage: SweepStorage, force_unlock: bool):
     sweep/lease.py), then the trainable with its resources."""
     check_trackers(cfg.train)
     check_backend_installed(cfg.train.env.backend)
-    bundles = trial_bundles(cfg.train, cfg.trial_cpus)
     created = storage.first_missing()
     storage.probe_write()  # before Ray starts: a bad URI fails in a second, not after a minute
     # Refused: the folder is the other driver's, even if it appeared since first_missing().
     lease = sweep_lease.acquire(storage, force_unlock)
     try:
         connect()
+        cfg = fitted(cfg, ray.nodes(), ray.cluster_resources().get("GPU", 0.0))
+        bundles = trial_bundles(cfg.train, cfg.trial_cpus)
         check_fits(bundles, ray.nodes())
     except BaseException:
         sweep_lease.release(lease)
@@ -238,6 +239,18 @@ def _prepare(cfg: SweepConfig, storage: SweepStorage, force_unlock: bool):
 # for good (retrying would only rebuild the cluster to fail them again) from a crash.
 EXIT_TRIALS_FAILED = 3
 EXIT_UNFINISHED = 130
+
+
+def fitted(cfg: SweepConfig, nodes: list[dict], cluster_gpus: float) -> SweepConfig:
+    """The sweep as its trials run on this cluster: learner GPUs resolved, CPU reservations
+    shrunk to the largest node (said once), a --local trial's threads = its CPUs."""
+    train = resolve_gpus(cfg.train, cluster_gpus)
+    train, trial_cpus, said = fit_trial(train, cfg.trial_cpus, nodes)
+    if said:
+        print(f"sweep: {said}", flush=True)
+    if train.local and train.runner.num_threads == "auto":
+        train = train.replace(num_threads=max(1, round(trial_cpus)))
+    return dataclasses.replace(cfg, train=train, trial_cpus=trial_cpus)
 
 
 def final_report(storage: SweepStorage, stream: TextIO = sys.stdout) -> int:

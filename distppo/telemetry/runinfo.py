@@ -1,6 +1,7 @@
 """What every run records about itself: config, git commit, library versions (DESIGN 4.10)."""
 from __future__ import annotations
 
+import dataclasses
 import importlib.metadata
 import json
 import os
@@ -57,6 +58,15 @@ def write_config_json(path: str, cfg: TrainConfig, run_id: str) -> None:
         "hostname": platform.node(),
         "created_unix": time.time(),
     }
+    _write(path, record)
+
+
+def record_placement(path: str, info) -> None:
+    """config.json gets `placement`: what runs where as the backend resolved it (auto threads,
+    devices), from core/backend.py's BackendInfo."""
+    with open(path) as f:
+        record = json.load(f)
+    record["placement"] = dataclasses.asdict(info)
     _write(path, record)
 
 

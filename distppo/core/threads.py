@@ -1,0 +1,36 @@
+"""torch threads per process: `--num-threads auto` resolved for a local run (the Ray case is
+distributed/resources.py's ray_threads). No torch import: `distppo plan` sizes runs with it."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from distppo.config import TrainConfig
+
+
+@dataclass(frozen=True)
+class Threads:
+    """torch intra-op threads per process of one run."""
+    learner: int
+    runner: int
+
+    def summary(self, num_runners: int, num_learners: int, local: bool) -> str:
+        if local:
+            return f"{self.learner} torch thread(s) in this process"
+        return (f"{num_learners} learner(s) x {self.learner} thread(s), "
+                f"{num_runners} runner(s) x {self.runner} thread(s)")
+
+
+def cores() -> int:
+    """The CPUs this process may run on (its affinity mask, not the machine's count)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS
+        return os.cpu_count() or 1
+
+
+def local_threads(cfg: TrainConfig, num_cores: int) -> Threads:
+    """--local: one process runs the samplers and the learner in turn, so it takes every core
+    it may run on, or the number given."""
+    n = num_cores if cfg.runner.num_threads == "auto" else cfg.runner.num_threads
+    return Threads(max(1, n), max(1, n))

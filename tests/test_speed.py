@@ -1,0 +1,316 @@
+"""Fast by default (issue 10): threads and GPUs resolved from what a run owns, the channels_last
+and compiled update equal to the plain one, trials shrunk to fit a small node."""
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from distppo.config import TrainConfig
+from distppo.core.models import make_agent
+from distppo.core.ppo import ppo_loss
+from distppo.core.threads import Threads, local_threads
+from distppo.distributed.resources import (
+    check_fits,
+    fit_trial,
+    learner_gpus,
+    ray_threads,
+    trial_bundles,
+)
+from distppo.errors import ConfigError
+
+from conftest import assert_one_line_error, run_cli
+
+
+def node(cpus, gpus=0.0, alive=True):
+    return {"Alive": alive, "Resources": {"CPU": cpus, "GPU": gpus}}
+
+
+# --- threads ----------------------------------------------------------------------------------
+
+def test_local_threads_are_the_cores_or_the_number_given():
+    assert local_threads(TrainConfig(local=True), 2) == Threads(2, 2)
+    assert local_threads(TrainConfig(local=True), 16) == Threads(16, 16)
+    assert local_threads(TrainConfig().replace(local=True, num_threads="3"), 16) == Threads(3, 3)
+
+
+def test_ray_threads_take_turns_without_overlap_and_split_with_it():
+    cfg = TrainConfig()
+    # runners and learner take turns: each phase may use the whole node
+    assert ray_threads(cfg, 2) == Threads(2, 2)
+    assert ray_threads(cfg.replace(num_env_runners=4, num_envs=8), 16) == Threads(16, 4)
+    assert ray_threads(cfg.replace(num_learners=2), 16) == Threads(8, 16)
+    # overlap: runners keep their reservation, the learners share the rest
+    over = cfg.replace(overlap=True)
+    assert ray_threads(over, 2) == Threads(1, 1)
+    assert ray_threads(over, 16) == Threads(15, 1)
+    assert ray_threads(over.replace(num_env_runners=4, num_envs=8, runner_cpus=2.0), 16) \
+        == Threads(8, 2)
+    # reservations beyond the node shrink: 4 runners x 2 + 1 learner on 4 CPUs
+    assert ray_threads(over.replace(num_env_runners=4, num_envs=8, runner_cpus=2.0), 4) \
+        == Threads(1, 1)
+    # never more threads at once than CPUs (while there are at least as many CPUs as processes)
+    for cpus in (2, 3, 4, 8, 16, 64):
+        for n in (1, 2, 4):
+            c = over.replace(num_env_runners=n, num_envs=8)
+            t = ray_threads(c, cpus)
+            if n + 1 <= cpus:
+                assert n * t.runner + t.learner <= cpus, (cpus, n, t)
+    assert ray_threads(cfg.replace(num_threads="3"), 16) == Threads(3, 3)
+
+
+def test_num_threads_and_learner_gpus_parse():
+    assert TrainConfig().runner.num_threads == "auto"
+    assert TrainConfig().replace(num_threads="2").runner.num_threads == 2
+    assert TrainConfig().replace(learner_gpus="0.5").learner.learner_gpus == 0.5
+    for bad in ({"num_threads": "0"}, {"num_threads": "many"}, {"learner_gpus": "lots"},
+                {"learner_gpus": "-1"}, {"runner_device": "tpu"}, {"amp": "fp8"},
+                {"amp": "bf16", "device": "cpu"}):
+        with pytest.raises(ConfigError):
+            TrainConfig().replace(**bad)
+    # a config.json written before issue 10 (num_threads 1, learner_gpus 0.0) still loads
+    old = TrainConfig().to_dict()
+    old["runner"]["num_threads"], old["learner"]["learner_gpus"] = 1, 0.0
+    assert TrainConfig.from_dict(old).runner.num_threads == 1
+
+
+def test_learner_gpus_auto():
+    cfg = TrainConfig()
+    assert learner_gpus(cfg, 0) == 0.0
+    assert learner_gpus(cfg, 1) == 1.0 and learner_gpus(cfg, 8) == 1.0
+    assert learner_gpus(cfg.replace(num_learners=2), 1) == 0.5
+    assert learner_gpus(cfg.replace(device="cpu"), 1) == 0.0
+    assert learner_gpus(cfg.replace(cuda=False), 1) == 0.0
+    assert learner_gpus(cfg.replace(learner_gpus="0"), 1) == 0.0
+
+
+# --- sweep trials fit the node ----------------------------------------------------------------
+
+def test_trial_shrinks_to_the_largest_node_and_keeps_its_size_on_a_big_one():
+    cfg = TrainConfig()
+    assert sum(b["CPU"] for b in trial_bundles(cfg, 1.0)) == 3.0
+    shrunk, cpus, said = fit_trial(cfg, 1.0, [node(2)])
+    bundles = trial_bundles(shrunk, cpus)
+    assert sum(b["CPU"] for b in bundles) <= 2.0 and cpus == 0.66
+    assert shrunk.runner.runner_cpus == 0.66 and shrunk.learner.learner_cpus == 0.66
+    assert "asks for 3 CPU but the largest node has 2" in said
+    check_fits(bundles, [node(2)])  # no UserError
+    # a cluster with a node big enough: nothing changes, nothing said
+    assert fit_trial(cfg, 1.0, [node(2), node(32)]) == (cfg, 1.0, "")
+    assert fit_trial(cfg, 1.0, [node(64, alive=False), node(4)]) == (cfg, 1.0, "")
+    # GPUs are never shrunk: the CPUs of a node with the GPU count
+    gpu = cfg.replace(learner_gpus="1")
+    shrunk, cpus, _ = fit_trial(gpu, 1.0, [node(64), node(2, gpus=1)])
+    check_fits(trial_bundles(shrunk, cpus), [node(64), node(2, gpus=1)])
+    local = cfg.replace(local=True)
+    assert fit_trial(local, 1.0, [node(0.5)])[1] == 0.5
+    # reservations set to other values are the user's: kept, and check_fits refuses them
+    big = cfg.replace(runner_cpus=64.0)
+    assert fit_trial(big, 1.0, [node(4)]) == (big, 1.0, "")
+    kept, cpus, said = fit_trial(cfg.replace(runner_cpus=1.5), 1.0, [node(2)])
+    assert kept.runner.runner_cpus == 1.5 and cpus == kept.learner.learner_cpus == 0.25
+    assert "shrink to trial 0.25, learner 0.25 CPU" in said
+
+
+# --- the update: channels_last and torch.compile change nothing but rounding -------------------
+
+def _losses_and_grads(agent, obs, actions, lstm=False):
+    torch.manual_seed(0)
+    if lstm:
+        n = 4
+        state = agent.initial_state(n)
+        done = torch.zeros(obs.shape[0])
+        _, newlogprob, entropy, newvalue, _ = agent.get_action_and_value(obs, state, done, actions)
+    else:
+        _, newlogprob, entropy, newvalue = agent.get_action_and_value(obs, actions)
+    g = torch.Generator().manual_seed(1)
+    b = obs.shape[0]
+    old_logprobs = newlogprob.detach() + 0.05 * torch.randn(b, generator=g)
+    advantages, returns = torch.randn(b, generator=g), torch.randn(b, generator=g)
+    values = newvalue.detach().view(-1) + 0.1 * torch.randn(b, generator=g)
+    loss, stats = ppo_loss(newlogprob, entropy, newvalue, old_logprobs, advantages, returns,
+                           values, clip_coef=0.1, ent_coef=0.01, vf_coef=0.5, norm_adv=True,
+                           clip_vloss=True)
+    agent.zero_grad()
+    loss.backward()
+    grads = {k: p.grad.detach().clone().contiguous() for k, p in agent.named_parameters()}
+    return loss.item(), stats, grads
+
+
+def _fixed_batch(frames, n=32):
+    g = torch.Generator().manual_seed(3)
+    obs = torch.randint(0, 256, (n, frames, 84, 84), dtype=torch.uint8, generator=g)
+    return obs, torch.randint(0, 4, (n,), generator=g)
+
+
+def _assert_close(a, b):
+    loss_a, stats_a, grads_a = a
+    loss_b, stats_b, grads_b = b
+    assert loss_a == pytest.approx(loss_b, rel=1e-5, abs=1e-6)
+    for k in stats_a:
+        assert stats_a[k] == pytest.approx(stats_b[k], rel=1e-5, abs=1e-6), k
+    assert grads_a.keys() == grads_b.keys()
+    for k in grads_a:
+        torch.testing.assert_close(grads_a[k], grads_b[k], rtol=1e-4, atol=1e-6, msg=k)
+
+
+@pytest.mark.parametrize("algo", ["ppo", "ppo_lstm"])
+def test_channels_last_gives_the_plain_losses_and_gradients(algo):
+    frames = 1 if algo == "ppo_lstm" else 4
+    torch.manual_seed(7)
+    plain = make_agent(algo, (frames, 84, 84), 4)
+    torch.manual_seed(7)
+    fast = make_agent(algo, (frames, 84, 84), 4, channels_last=True)
+    assert fast.network[0].weight.is_contiguous(memory_format=torch.channels_last)
+    assert list(fast.state_dict()) == list(plain.state_dict())  # CleanRL's names, same init
+    for k, v in plain.state_dict().items():
+        assert torch.equal(v, fast.state_dict()[k])
+    obs, actions = _fixed_batch(frames)
+    _assert_close(_losses_and_grads(fast, obs, actions, algo == "ppo_lstm"),
+                  _losses_and_grads(plain, obs, actions, algo == "ppo_lstm"))
+
+
+@pytest.mark.slow
+def test_compiled_update_gives_the_plain_losses_and_gradients():
+    """--compile compiles the bound forward method (state_dict names stay CleanRL's)."""
+    torch.manual_seed(7)
+    plain = make_agent("ppo", (4, 84, 84), 4)
+    torch.manual_seed(7)
+    fast = make_agent("ppo", (4, 84, 84), 4, channels_last=True)
+    fast.get_action_and_value = torch.compile(fast.get_action_and_value)
+    obs, actions = _fixed_batch(4)
+    _assert_close(_losses_and_grads(fast, obs, actions), _losses_and_grads(plain, obs, actions))
+    assert list(fast.state_dict()) == list(plain.state_dict())
+
+
+# --- runs: what runs where, printed and recorded ----------------------------------------------
+
+SMALL = ["--env-id", "CartPole-v1", "--backend", "gym", "--num-envs", "4", "--num-steps", "32",
+         "--num-minibatches", "2", "--update-epochs", "1", "--total-timesteps", "256"]
+
+
+def _placement(tmp_path, name):
+    record = json.loads((tmp_path / name / "config.json").read_text())
+    rows = pd.read_parquet(tmp_path / name / "metrics.parquet")
+    return record["placement"], rows
+
+
+def test_local_run_says_and_records_its_threads(tmp_path):
+    from distppo.core.threads import cores
+    proc = run_cli("train", "--local", *SMALL, "--output-dir", tmp_path, "--run-name", "l",
+                   timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    first = proc.stdout.splitlines()[0]
+    assert first.startswith("local: ") and f"{cores()} torch thread(s)" in first, first
+    placement, rows = _placement(tmp_path, "l")
+    assert placement["learner_threads"] == cores() and placement["learner_device"] == "cpu"
+    assert rows["learner_threads"].tolist() == [cores()] * 2
+    assert rows["runner_threads"].tolist() == [cores()] * 2
+
+
+def test_ray_run_says_and_records_its_threads(ray_cluster, tmp_path):
+    from distppo.core.threads import cores
+    proc = run_cli("train", *SMALL, "--overlap", "--output-dir", tmp_path, "--run-name", "r",
+                   timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    first = [ln for ln in proc.stdout.splitlines() if ln.startswith("ray: ")][0]
+    # the session cluster declares 4 CPUs: with overlap, 1 runner x 1, the learner the other 3,
+    # each capped at this machine's cores
+    want = Threads(min(3, cores()), 1)
+    assert f"1 learner(s) on cpu, {want.learner} thread(s) each" in first, first
+    assert f"1 env runner(s) on 1 node(s), cpu, {want.runner} thread(s) each" in first, first
+    placement, rows = _placement(tmp_path, "r")
+    assert (placement["learner_threads"], placement["runner_threads"]) == (want.learner, 1)
+    assert rows["learner_threads"].tolist() == [want.learner] * 2
+
+
+def test_amp_on_a_cpu_learner_is_one_line(tmp_path):
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    proc = run_cli("train", "--local", *SMALL, "--amp", "bf16", "--output-dir", tmp_path,
+                   timeout=120)
+    assert_one_line_error(proc, "--amp bf16 needs the learner on a GPU")
+    assert not any(tmp_path.iterdir())
+
+
+@pytest.fixture(scope="module")
+def gpu_cluster():
+    """A Ray node that declares one GPU (this machine has no CUDA): Ray grants it all the
+    same, which is how a GPU machine whose torch cannot use its GPU looks."""
+    from ray.cluster_utils import Cluster
+    cluster = Cluster(initialize_head=True, head_node_args={
+        "num_cpus": 2, "num_gpus": 1, "include_dashboard": False})
+    yield cluster
+    cluster.shutdown()
+
+
+def test_declared_gpu_goes_to_the_learner_and_unusable_cuda_is_one_line(gpu_cluster, tmp_path):
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    env = {"RAY_ADDRESS": gpu_cluster.address}
+    proc = run_cli("train", *SMALL, "--output-dir", tmp_path, env=env, timeout=300)
+    assert_one_line_error(proc, "a GPU was granted but CUDA is not usable here",
+                          "use --learner-gpus 0")
+    assert not any(tmp_path.iterdir())
+    ok = run_cli("train", *SMALL, "--learner-gpus", "0", "--output-dir", tmp_path,
+                 "--run-name", "cpu", env=env, timeout=300)
+    assert ok.returncode == 0, ok.stderr[-2000:]
+    assert json.loads((tmp_path / "cpu" / "config.json").read_text())[
+        "placement"]["learner_device"] == "cpu"
+
+
+def test_bench_speed_suite_table(tmp_path):
+    """--suite speed on a tiny budget: the baseline first, ratios against it, RSS per row."""
+    out = tmp_path / "speed.md"
+    proc = run_cli("bench", "--suite", "speed", "--env-id", "CartPole-v1", "--backend", "gym",
+                   "--algo", "ppo", "--total-timesteps", "256", "--repeats", "1",
+                   "--variants", "baseline", "local", "--extra",
+                   "--num-envs 4 --num-steps 32 --num-minibatches 2 --update-epochs 1",
+                   "--out", out, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = [line.split("|") for line in out.read_text().splitlines() if line.startswith("| ppo")]
+    assert [r[2].strip() for r in rows] == ["baseline", "local"]
+    assert rows[0][5].strip() == "1.00" and float(rows[1][6].replace(",", "")) > 0
+    assert np.isfinite(float(rows[1][3].replace(",", "")))
+
+
+@pytest.mark.slow
+def test_sweep_with_default_resources_runs_on_this_machine(tmp_path, monkeypatch):
+    """No resource flag at all, on a Ray of this machine's own size (no RAY_ADDRESS): each
+    trial asks for 3 CPUs by default; a machine with fewer sees them shrink, said once."""
+    import os
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)  # a Ray of this machine's size
+    proc = run_cli("sweep", "--games", "CartPole-v1", "--seeds", "1", "--backend", "gym",
+                   "--num-envs", "2", "--num-steps", "16", "--num-minibatches", "2",
+                   "--update-epochs", "1", "--total-timesteps", "64", "--storage", tmp_path,
+                   "--name", "defaults", timeout=420)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    said = [ln for ln in proc.stdout.splitlines() if ln.startswith("sweep: each trial asks")]
+    if (os.cpu_count() or 1) < 3:
+        assert len(said) == 1 and f"largest node has {os.cpu_count()}" in said[0], proc.stdout
+    else:
+        assert not said
+
+
+def test_gradient_all_reduce_takes_channels_last_gradients():
+    """Data-parallel learners flatten every gradient; a channels_last conv weight's gradient is
+    not contiguous, so a view(-1) would fail (a gloo group of one process: the sum is itself)."""
+    import socket
+
+    import torch.distributed as dist
+
+    from distppo.core.update import GradAllReduce
+    agent = make_agent("ppo", (4, 84, 84), 4, channels_last=True)
+    obs, actions = _fixed_batch(4, n=8)
+    _, _, before = _losses_and_grads(agent, obs, actions)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+    try:
+        GradAllReduce(1).grads(agent)
+    finally:
+        dist.destroy_process_group()
+    for k, p in agent.named_parameters():
+        torch.testing.assert_close(p.grad.contiguous(), before[k], rtol=0, atol=0, msg=k)
