@@ -100,10 +100,16 @@ def test_plan_without_measurement_uses_reference_minutes():
         "per-trial minutes (mean)"]["assumption"]
 
 
-def test_plan_rejects_a_cluster_that_cannot_host_a_trial():
+def test_plan_fits_default_trials_as_the_sweep_does_and_rejects_set_ones():
+    rates = Rates({("CartPole-v1", "ppo"): 1.0}, 0.0, "hand")
     cfg = sweep(games=("CartPole-v1",), seeds=(1,))
+    # the default 3-CPU trial shrinks to a 2-CPU node (resources.fit_sweep, as `distppo sweep`)
+    plan = make_plan(cfg, Cluster(2, 0, 2), rates)
+    assert plan["slots"] == 2 and plan["trials_per_node"] == 1
+    # reservations the user set are kept, and then no node can host the trial
+    big = SweepConfig(train=cfg.train.replace(runner_cpus=2.0), games=cfg.games, seeds=cfg.seeds)
     with pytest.raises(UserError, match="could never start a trial"):
-        make_plan(cfg, Cluster(2, 0, 2), Rates({("CartPole-v1", "ppo"): 1.0}, 0.0, "hand"))
+        make_plan(big, Cluster(2, 0, 2), rates)
 
 
 def test_plan_cli(tmp_path):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -77,7 +78,6 @@ def test_status_of_a_running_then_killed_sweep(ray_cluster, tmp_path, s3_server)
                     seen = s
             time.sleep(0.5)
         assert seen["state"] == "running"
-        assert not (sweep_dir / "iterations.parquet").exists()  # read from the trial copies
         run = [t for t in seen["trials"] if t["state"] == "running"][0]
         assert run["global_step"] == run["iteration"] * 128 and run["sps"] > 0
         assert run["num_iterations"] == 400 and run["node"] != "-"
@@ -109,6 +109,14 @@ def test_status_of_a_running_then_killed_sweep(ray_cluster, tmp_path, s3_server)
     cut = [t for t in killed["trials"] if t["state"] == "killed"]
     assert len(cut) == 1 and cut[0]["iteration"] >= 5 and cut[0]["eta_s"] is None, states
     assert set(states.values()) <= {"killed", "done", "pending"}
+    # read from the trial copies: the same without the sweep's outputs (which the driver
+    # rewrites only every --outputs-every-s)
+    bare = tmp_path / "bare" / "live"
+    shutil.copytree(sweep_dir, bare, ignore=shutil.ignore_patterns("iterations.parquet",
+                                                                   "trials.parquet"))
+    assert [(t["trial_id"], t["state"], t["iteration"])
+            for t in status(bare, "--stale-after", "1")["trials"]] == [
+        (t["trial_id"], t["state"], t["iteration"]) for t in killed["trials"]]
     text = run_cli("status", sweep_dir, "--stale-after", "1", timeout=120)
     assert text.returncode == 0 and "killed" in text.stdout and "--resume" in text.stdout
 

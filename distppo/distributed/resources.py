@@ -183,3 +183,16 @@ def trials_per_node(bundles: list[dict], node: dict) -> int:
     if not need:
         raise UserError("a trial that reserves no resources cannot be packed")
     return min(int(node.get(k, 0.0) / v + 1e-9) for k, v in need.items())
+
+
+def fit_sweep(cfg: SweepConfig, nodes: list[dict], cluster_gpus: float
+              ) -> tuple[SweepConfig, str]:
+    """The sweep as its trials run on a cluster of `nodes` (ray.nodes()-shaped records) with
+    `cluster_gpus` GPUs: learner GPUs resolved, default CPU reservations shrunk to the largest
+    node (fit_trial; the sentence saying so, or ""), a --local trial's threads = its CPUs.
+    `distppo sweep` calls it with the live cluster, `distppo plan` with the planned one."""
+    train = resolve_gpus(cfg.train, cluster_gpus)
+    train, trial_cpus, said = fit_trial(train, cfg.trial_cpus, nodes)
+    if train.local and train.runner.num_threads == "auto":
+        train = train.replace(num_threads=max(1, round(trial_cpus)))
+    return dataclasses.replace(cfg, train=train, trial_cpus=trial_cpus), said

@@ -20,7 +20,7 @@ from ray import tune
 
 from distppo.config import SweepConfig, trial_id
 from distppo.distributed.connect import connect
-from distppo.distributed.resources import check_fits, fit_trial, resolve_gpus, trial_bundles
+from distppo.distributed.resources import check_fits, fit_sweep, trial_bundles
 from distppo.envs.games import check_backend_installed, expand_games  # noqa: F401 (re-export)
 from distppo.errors import ConfigError, UserError
 from distppo.sweep import lease as sweep_lease
@@ -242,15 +242,11 @@ EXIT_UNFINISHED = 130
 
 
 def fitted(cfg: SweepConfig, nodes: list[dict], cluster_gpus: float) -> SweepConfig:
-    """The sweep as its trials run on this cluster: learner GPUs resolved, CPU reservations
-    shrunk to the largest node (said once), a --local trial's threads = its CPUs."""
-    train = resolve_gpus(cfg.train, cluster_gpus)
-    train, trial_cpus, said = fit_trial(train, cfg.trial_cpus, nodes)
+    """The sweep as its trials run on this cluster (resources.fit_sweep), said once."""
+    cfg, said = fit_sweep(cfg, nodes, cluster_gpus)
     if said:
         print(f"sweep: {said}", flush=True)
-    if train.local and train.runner.num_threads == "auto":
-        train = train.replace(num_threads=max(1, round(trial_cpus)))
-    return dataclasses.replace(cfg, train=train, trial_cpus=trial_cpus)
+    return cfg
 
 
 def final_report(storage: SweepStorage, stream: TextIO = sys.stdout) -> int:

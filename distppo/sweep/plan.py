@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass
 from typing import Optional
 
 from distppo.config import SweepConfig
-from distppo.distributed.resources import trial_bundles, trials_per_node
+from distppo.distributed.resources import fit_sweep, trial_bundles, trials_per_node
 from distppo.errors import UserError
 from distppo.sweep.schedule import lpt_makespan
 from distppo.sweep.status import read_status
@@ -132,6 +132,11 @@ def make_plan(sweep: SweepConfig, cluster: Cluster, rates: Optional[Rates],
     grid point], how they were made: report/references.reference_minutes)."""
     if rates is None and reference is None:
         raise UserError("no measurement and no reference minutes to plan with")
+    # the sweep as `distppo sweep` would fit it to this cluster (GPUs resolved, reservations
+    # shrunk to a node): the same function, fed the planned nodes instead of ray.nodes()
+    planned = [{"Alive": True, "Resources": {"CPU": cluster.cpus_per_node,
+                                             "GPU": cluster.gpus_per_node}}] * cluster.nodes
+    sweep, fit_said = fit_sweep(sweep, planned, cluster.gpus_per_node * cluster.nodes)
     bundles = trial_bundles(sweep.train, sweep.trial_cpus)
     need = {k: sum(b.get(k, 0.0) for b in bundles) for k in ("CPU", "GPU")}
     node = {"CPU": cluster.cpus_per_node, "GPU": cluster.gpus_per_node}
@@ -156,7 +161,8 @@ def make_plan(sweep: SweepConfig, cluster: Cluster, rates: Optional[Rates],
                f"(trial_bundles: {bundles}, STRICT_PACK, as `distppo sweep` requests); a node "
                f"of {cluster.cpus_per_node:g} CPU + {cluster.gpus_per_node:g} GPU holds "
                f"{per_node}; x {cluster.nodes} nodes"
-               + (f"; capped by --max-concurrent-trials {slots}" if capped else "")),
+               + (f"; capped by --max-concurrent-trials {slots}" if capped else "")
+               + (f"; {fit_said}" if fit_said else "")),
         Figure("per-trial minutes (mean)", statistics.mean(minutes), "min",
                f"min {min(minutes):,.1f}, max {max(minutes):,.1f}; {source}"),
         Figure("makespan", makespan_h, "h",
