@@ -236,7 +236,7 @@ def test_multi_node_spread_and_node_removal(tmp_path):
             proc.kill()
         cluster.shutdown()
     assert proc.returncode == 0, err[-3000:]
-    assert "2 env runners on 2 node(s)" in out
+    assert "2 env runner(s) on 2 node(s)" in out
     df = pd.read_parquet(tmp_path / "mn" / "metrics.parquet")
     assert df["iteration"].tolist() == list(range(1, 41))
     assert df["global_step"].iloc[-1] == 40 * 1024
