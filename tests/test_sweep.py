@@ -122,25 +122,34 @@ def test_killed_driver_resumes_without_rerunning_finished_trials(ray_cluster, tm
                               stdout=log, stderr=subprocess.STDOUT,
                               env=dict(os.environ, PYTHONUNBUFFERED="1"))
     try:
-        deadline, finished, running = time.time() + 300, None, None
-        while running is None:
-            assert driver.poll() is None, (tmp_path / "driver.log").read_text()[-3000:]
-            assert time.time() < deadline, "no trial finished and another checkpointed in time"
-            time.sleep(0.1)
-            if finished is None and (sweep_dir / "trials.parquet").exists():
-                done = [r["trial_id"] for r in read(sweep_dir / "trials.parquet").to_pylist()
-                        if r["status"] == "done"]
-                finished = done[0] if done else None
-                before = run_copies(sweep_dir, finished) if finished else None
-            if finished is not None:  # another trial has a complete run copy past iteration 2
-                others = [p.parent.parent.name for p in sweep_dir.glob("runs/*/*/trial.json")
-                          if p.parent.parent.name != finished and int(p.parent.name) >= 3]
-                running = others[0] if others else None
         # A second driver on the running sweep (a double submission) is refused: issue 14.
+        # Checked first: it takes seconds, in which the trials below would run on.
+        deadline = time.time() + 300
+        while not (sweep_dir / ".sweep.lease").exists():
+            assert driver.poll() is None, (tmp_path / "driver.log").read_text()[-3000:]
+            assert time.time() < deadline, "the driver took no lease in time"
+            time.sleep(0.1)
         second = run_cli("sweep", "--storage", tmp_path, "--name", "kill", "--resume",
                          timeout=120)
         assert second.returncode == 2 and "being run by another driver" in second.stderr, (
             second.stderr[-3000:])
+        finished, running = None, None
+        while running is None:
+            assert driver.poll() is None, (tmp_path / "driver.log").read_text()[-3000:]
+            assert time.time() < deadline, "no trial finished and another checkpointed in time"
+            time.sleep(0.1)
+            done = []
+            if (sweep_dir / "trials.parquet").exists():
+                done = [r["trial_id"] for r in read(sweep_dir / "trials.parquet").to_pylist()
+                        if r["status"] == "done"]
+            if finished is None and done:
+                finished = done[0]
+                before = run_copies(sweep_dir, finished)
+            if finished is not None:  # an unfinished trial has a complete copy past iteration 2
+                others = [p.parent.parent.name for p in sweep_dir.glob("runs/*/*/trial.json")
+                          if p.parent.parent.name not in done and int(p.parent.name) >= 3
+                          and int(p.parent.name) < 30]
+                running = others[0] if others else None
         assert driver.poll() is None
         driver.send_signal(signal.SIGKILL)
         driver.wait(timeout=30)

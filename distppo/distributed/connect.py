@@ -24,6 +24,7 @@ def connect(min_cpus: float = 0.0, dashboard: bool = False) -> None:
     if forwarded:  # fault-injection tests reach the job's workers this way (testing/faults.py)
         kwargs["runtime_env"] = {"env_vars": forwarded}
     if not os.environ.get("RAY_ADDRESS"):
+        kwargs["address"] = "local"  # a new Ray even where another one runs on this machine
         kwargs["include_dashboard"] = dashboard
         kwargs["num_cpus"] = max(os.cpu_count() or 1, int(min_cpus + 0.999))
         reaper.watch()

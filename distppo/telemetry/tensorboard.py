@@ -7,7 +7,8 @@ torch.utils.tensorboard would import `tensorboard` just to write a file.
 from __future__ import annotations
 
 import os
-import uuid
+import threading
+import time
 from typing import Iterable, Mapping, Optional
 
 from distppo.telemetry.schema import LOSS_COLUMNS, PHASES
@@ -18,18 +19,34 @@ TB_SCALARS = {"charts/learning_rate": "learning_rate", "charts/SPS": "sps",
               **{f"perf/t_{p}_s": f"t_{p}_s" for p in PHASES}}
 
 
+def _quiet_full_disk(args: threading.ExceptHookArgs) -> None:
+    """tensorboardX writes from a thread of its own; when the disk is full, that thread's
+    OSError would print a traceback beside the run's one-line error (the loop's own writes
+    hit the same disk and report it: telemetry/files.py). Other threads' errors print as
+    before."""
+    if isinstance(args.exc_value, OSError) and type(args.thread).__module__.startswith(
+            "tensorboardX"):
+        return
+    _PREVIOUS_HOOK(args)
+
+
+_PREVIOUS_HOOK = threading.excepthook
+
+
 class TensorBoardWriter:
     """CleanRL's TensorBoard scalars from one schema row, x-axis global_step."""
 
     def __init__(self, log_dir: str | os.PathLike, purge_step: Optional[int] = None) -> None:
         # Imported here so `import distppo.telemetry` stays light for the report.
         from tensorboardX import SummaryWriter
+        threading.excepthook = _quiet_full_disk
         # purge_step: a resumed run hides the events its crashed predecessor wrote past the
         # checkpoint, so TensorBoard never shows two values for one step.
-        # tensorboardX names event files by the second: a unique suffix keeps a resume (or a
-        # rewind) within the same second from overwriting the file before it
+        # tensorboardX names event files by the second: a suffix in nanoseconds keeps a resume
+        # (or a rewind) within the same second from overwriting the file before it, and sorts
+        # the files in the order they were written, the order TensorBoard reads (and purges) in
         self._writer = SummaryWriter(str(log_dir), purge_step=purge_step,
-                                     filename_suffix=f".{os.getpid()}.{uuid.uuid4().hex[:8]}")
+                                     filename_suffix=f".{time.time_ns()}.{os.getpid()}")
 
     def write(self, row: Mapping, episodes: Optional[Iterable[tuple[float, float]]] = None) -> None:
         """Scalars of one iteration; `episodes` are this iteration's (return, length) pairs.
