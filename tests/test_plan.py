@@ -143,7 +143,10 @@ def test_plan_cli(tmp_path):
 
 # --- the planner against this machine ---------------------------------------------------------
 
-TRAIN = ["--backend", "gym", "--local", "--trial-cpus", "2", "--max-concurrent-trials", "2",
+# one torch thread per trial: the session cluster declares 4 CPUs on 2 cores, and 2 trials x 2
+# threads would oversubscribe them, which makes SPS swing between calibration and the sweep
+TRAIN = ["--backend", "gym", "--local", "--trial-cpus", "2", "--num-threads", "1",
+         "--max-concurrent-trials", "2",
          "--num-envs", "2", "--num-steps", "64", "--num-minibatches", "2", "--update-epochs",
          "1", "--checkpoint-every", "20", "--total-timesteps", "10240"]
 # Generous: this machine's 2 cores are shared with whatever else runs (load moves SPS by 2x
