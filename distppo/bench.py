@@ -192,7 +192,7 @@ def synthetic_row(iteration: int) -> dict:
     row.update(run_id="bench", env_id="BreakoutNoFrameskip-v4", algo="ppo", backend="envpool",
                seed=1, iteration=iteration, global_step=1024 * iteration, episodes=2,
                num_env_runners=1, num_learners=1, learner_threads=1, runner_threads=1,
-               policy_lag=0, runner_restarts=0)
+               policy_lag=0, runner_restarts=0, learner_recoveries=0)
     return row
 
 

@@ -11,7 +11,8 @@ the sweep is left:
 - iterations.parquet: every trial done, iterations 1..N once each (no gap, no duplicate),
   global_step = iteration x num_envs x num_steps exactly;
 - the restarts the product counts: env-runner restarts (`runner_restarts`, per run) against
-  runner kills; trial restarts (trials.parquet `restarts`) against trial-process kills. A kill
+  runner kills; learner recoveries (`learner_recoveries`, per run) against learner kills;
+  trial restarts (trials.parquet `restarts`) against trial-process kills. A kill
   can be rolled back with its trial (a later trial or driver kill resumes from a checkpoint
   taken before it), so those are reported as counted / injected with the rolled-back ones
   explained; rows are never allowed to be lost or duplicated;
@@ -219,16 +220,21 @@ class Soak:
         not_done = sum(t["status"] != "done" for t in trials)
         runner_counted = sum(max((r["runner_restarts"] for r in iterations
                                   if r["trial_id"] == t["trial_id"]), default=0) for t in trials)
+        learner_counted = sum(max((r["learner_recoveries"] for r in iterations
+                                   if r["trial_id"] == t["trial_id"]), default=0) for t in trials)
         trial_counted = sum(t["restarts"] for t in trials)
         rolled_back = self.kills["trial"] + self.kills["driver"] > 0
         ok = (rc == 0 and not duplicates and not missing and not wrong_step and not not_done
               and not left and runner_counted <= self.kills["runner"]
-              and (rolled_back or runner_counted == self.kills["runner"]))
+              and learner_counted <= self.kills["learner"]
+              and (rolled_back or (runner_counted, learner_counted)
+                   == (self.kills["runner"], self.kills["learner"])))
         rows = [
             ("faults injected", sum(self.kills.values())),
             ("env runners killed / runner_restarts counted",
              f"{self.kills['runner']} / {runner_counted}"),
-            ("learners killed (recovered from the last checkpoint)", self.kills["learner"]),
+            ("learners killed / learner_recoveries counted",
+             f"{self.kills['learner']} / {learner_counted}"),
             ("trial processes killed / trial restarts counted",
              f"{self.kills['trial']} / {trial_counted}"),
             ("drivers killed and resumed", self.kills["driver"]),

@@ -186,6 +186,7 @@ def test_learner_killed_is_restored_from_checkpoint(ray_cluster, tmp_path):
     assert df["iteration"].tolist() == list(range(1, 7))
     assert df["global_step"].tolist() == [128 * i for i in range(1, 7)]
     assert not set(holder["final_learner_pids"]) & set(old_pids)  # every learner was replaced
+    assert df["learner_recoveries"].tolist()[-1] == 1  # counted
     w0, w1 = holder["final_weights"]
     assert all(torch.equal(w0[k], w1[k]) for k in w0)  # no silent divergence after recovery
 
@@ -209,8 +210,10 @@ def test_env_error_in_runner_is_one_clear_line(tmp_path):
 @pytest.mark.slow
 def test_multi_node_spread_and_node_removal(tmp_path):
     from ray.cluster_utils import Cluster
-    # the head has no CPUs, so SPREAD puts one runner on each worker: removing a worker
-    # certainly kills a runner (and maybe the learner); the other worker can host them all
+    # the head has no CPUs, so SPREAD puts one runner on each worker; we remove the worker
+    # that hosts the learner, so a runner and the learner die together (the learner's death
+    # also fails the runners' sample calls that were given its weights); the other worker
+    # can host them all
     cluster = Cluster(initialize_head=True,
                       head_node_args={"num_cpus": 0, "include_dashboard": False})
     workers = [cluster.add_node(num_cpus=3) for _ in range(2)]
@@ -229,7 +232,7 @@ def test_multi_node_spread_and_node_removal(tmp_path):
         while not (parquet.exists() and len(pd.read_parquet(parquet)) >= 3):
             assert time.time() < deadline and proc.poll() is None, "run did not get going"
             time.sleep(0.2)
-        cluster.remove_node(workers[0])
+        cluster.remove_node(_node_hosting(workers, "ray::Learner"))
         out, err = proc.communicate(timeout=300)
     finally:
         if proc.poll() is None:
@@ -241,6 +244,24 @@ def test_multi_node_spread_and_node_removal(tmp_path):
     assert df["iteration"].tolist() == list(range(1, 41))
     assert df["global_step"].iloc[-1] == 40 * 1024
     assert df["runner_restarts"].iloc[-1] >= 1
+    # the loop replaced the learner, rewound to its checkpoint, and counted it
+    assert "every learner replaced and restored from" in err
+    assert df["learner_recoveries"].iloc[-1] == 1 and df["learner_recoveries"].iloc[0] == 0
+
+
+def _node_hosting(nodes, title: str):
+    """The ray.cluster_utils node whose raylet started the (one) process titled `title`."""
+    import psutil
+    raylets = {node.all_processes["raylet"][0].process.pid: node for node in nodes}
+    for proc in psutil.process_iter(["cmdline"]):
+        try:
+            if (proc.info["cmdline"] or [""])[0].startswith(title):
+                for parent in proc.parents():
+                    if parent.pid in raylets:
+                        return raylets[parent.pid]
+        except psutil.Error:
+            pass
+    raise AssertionError(f"no process {title} under the workers' raylets")
 
 
 def _session(sid):

@@ -36,6 +36,7 @@ EXPECTED_COLUMNS = (
     "policy_loss value_loss entropy old_approx_kl approx_kl clipfrac explained_variance "
     "t_env_s t_infer_s t_learn_s t_transfer_s t_wait_s t_checkpoint_s t_iteration_s "
     "num_env_runners num_learners learner_threads runner_threads policy_lag runner_restarts "
+    "learner_recoveries "
     "runner_env_s_mean runner_env_s_max "
     "runner_infer_s_mean runner_infer_s_max").split()
 
@@ -46,7 +47,7 @@ def make_row(iteration: int, run_id: str = "Breakout__t__1__0", **over) -> dict:
     row.update(run_id=run_id, env_id="BreakoutNoFrameskip-v4", algo="ppo", backend="envpool",
                seed=1, iteration=iteration, global_step=1024 * iteration, episodes=iteration % 3,
                num_env_runners=2, num_learners=1, learner_threads=2, runner_threads=1,
-               policy_lag=0, runner_restarts=0)
+               policy_lag=0, runner_restarts=0, learner_recoveries=0)
     row.update(over)
     return row
 

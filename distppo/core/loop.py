@@ -6,8 +6,10 @@ runs Loop.
 """
 from __future__ import annotations
 
+import sys
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable, Optional, Sequence
 
 import torch
@@ -137,7 +139,9 @@ class Loop:
         self.tracker = EpisodeTracker()
         self.reference = ReferenceReturns(cfg.env.num_envs)
         self.iteration, self.global_step, elapsed_before = 0, 0, 0.0
-        self.restarts_before = self._restarts_so_far(state)
+        self.restarts_before = self._so_far("runner_restarts", state)
+        self.recoveries_before = self._so_far("learner_recoveries", state)
+        self.recoveries = 0  # learner recoveries of this process (MAX_LEARNER_RECOVERIES)
         self.rows_written = 0
         if state is not None:
             backend.load_learner_state(state["learner"])
@@ -153,7 +157,6 @@ class Loop:
         self.timer = PhaseTimer()
         self.start_time = time.time() - elapsed_before  # CleanRL's SPS timer: after construction
         self.pending: Optional[Pending] = None
-        self.recoveries = 0
 
     def run(self, on_iteration: Optional[OnIteration]) -> None:
         while self.iteration < self.cfg.num_iterations:
@@ -161,14 +164,14 @@ class Loop:
             try:
                 metas, stats, version = self.sample_and_learn()
                 self.record(metas, stats, version, on_iteration)
-            except LearnerFailure:  # also while checkpointing: its row is rewritten after
-                self.recover()
+            except LearnerFailure as exc:  # also while checkpointing: its row is rewritten after
+                self.recover(exc)
 
-    def _restarts_so_far(self, state: Optional[dict]) -> int:
-        """Runner restarts of this run before this process: the rows a crashed attempt wrote
-        count too (they are dropped and rewritten, the restarts in them did happen)."""
-        rows = [r["runner_restarts"] for r in self.sink.rows() if r["run_id"] == self.paths.run_id]
-        return max(rows + [state.get("runner_restarts", 0) if state else 0])
+    def _so_far(self, counter: str, state: Optional[dict]) -> int:
+        """A fault counter of this run before this process: the rows a crashed attempt wrote
+        count too (they are dropped and rewritten, the faults in them did happen)."""
+        rows = [r[counter] for r in self.sink.rows() if r["run_id"] == self.paths.run_id]
+        return max(rows + [state.get(counter, 0) if state else 0])
 
     def _tensorboard(self, resumed: bool) -> TensorBoardWriter:
         # purge_step hides what an earlier attempt wrote past the checkpoint; the checkpoint's
@@ -224,7 +227,8 @@ class Loop:
         row = iteration_row(cfg, self.paths.run_id, self.info, metas, stats,
                             self.timer.as_columns(), iteration, self.global_step, wall,
                             policy_lag=iteration - 1 - version,
-                            runner_restarts=self.restarts_before + self.backend.runner_restarts)
+                            runner_restarts=self.restarts_before + self.backend.runner_restarts,
+                            learner_recoveries=self.recoveries_before + self.recoveries)
         row.update(episode_columns)
         due = iteration % cfg.checkpoint_every == 0 or iteration == cfg.num_iterations
         self.sink.write(row, flush=due or self.sink.seconds_since_flush() > FLUSH_EVERY_S)
@@ -254,12 +258,16 @@ class Loop:
         return self.reference.add(list(zip(merged.episode_envs, merged.episode_returns)),
                                   None if logged is None else [r for _, _, r in logged])
 
-    def recover(self) -> None:
+    def recover(self, cause: LearnerFailure) -> None:
         """A learner died: replace every learner and rewind to the last checkpoint."""
         self.recoveries += 1
         if self.recoveries > MAX_LEARNER_RECOVERIES:
             raise LearnerFailure(f"learners died {self.recoveries} times; giving up")
-        state = load_checkpoint(latest_checkpoint(self.paths.run_dir))
+        path = latest_checkpoint(self.paths.run_dir)
+        state = load_checkpoint(path)
+        print(f"distppo: {cause} at iteration {self.iteration}; every learner replaced and "
+              f"restored from {Path(path).name} (iteration {state['iteration']})",
+              file=sys.stderr, flush=True)
         self.backend.recover_learners(state["learner"])
         self.restore(state)
         self.pending = None  # a rollout in flight was sampled with weights we just discarded
@@ -275,6 +283,7 @@ class Loop:
                 "global_step": self.global_step, "wall_clock_s": wall, "rng": rng_state(),
                 "episodes": self.tracker.state_dict(),
                 "runner_restarts": self.restarts_before + self.backend.runner_restarts,
+                "learner_recoveries": self.recoveries_before + self.recoveries,
                 "reference_returns": self.reference.state_dict()}
 
     def restore(self, state: dict) -> float:
@@ -311,7 +320,7 @@ class Loop:
 
 def iteration_row(cfg: TrainConfig, run_id: str, info: BackendInfo, metas: list[RolloutMeta],
                   stats: dict, timings: dict, iteration: int, global_step: int, wall: float,
-                  policy_lag: int, runner_restarts: int) -> dict:
+                  policy_lag: int, runner_restarts: int, learner_recoveries: int) -> dict:
     """One Parquet row (telemetry/schema.py) but for the episode columns (EpisodeTracker)."""
     env_s = [m.t_env_s for m in metas]
     infer_s = [m.t_infer_s for m in metas]
@@ -325,6 +334,7 @@ def iteration_row(cfg: TrainConfig, run_id: str, info: BackendInfo, metas: list[
         "num_env_runners": info.num_env_runners, "num_learners": info.num_learners,
         "learner_threads": info.learner_threads, "runner_threads": info.runner_threads,
         "policy_lag": policy_lag, "runner_restarts": runner_restarts,
+        "learner_recoveries": learner_recoveries,
         "runner_env_s_mean": sum(env_s) / len(env_s), "runner_env_s_max": max(env_s),
         "runner_infer_s_mean": sum(infer_s) / len(infer_s), "runner_infer_s_max": max(infer_s),
     }

@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 
 import ray
-from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
+from ray.exceptions import GetTimeoutError, ObjectLostError, RayActorError, RayTaskError
 
 from distppo.config import TrainConfig
 from distppo.core.backend import BackendInfo
@@ -143,8 +143,11 @@ class RayBackend:
             meta_ref, batch_ref = pair
             try:
                 return ray.get(meta_ref, timeout=CALL_TIMEOUT_S), batch_ref
-            except RayTaskError as exc:  # the env itself raised: no retry can help
-                raise RunnerFailure(str(exc.cause)) from None
+            except RayTaskError as exc:
+                if lost_input(exc):  # learner 0 died (its node removed) with the weights
+                    raise LearnerFailure(f"env runner {i} lost its weights: "
+                                         f"{type(exc.cause).__name__}") from None
+                raise RunnerFailure(str(exc.cause)) from None  # the env raised: no retry helps
             except RayActorError:  # counted by _count_restarts, like any other restart
                 self._wait_until_alive(i)
                 pair = self._submit(i, weights, version)
@@ -190,6 +193,11 @@ class RayBackend:
             stats = ray.get(refs, timeout=CALL_TIMEOUT_S)
         except (RayActorError, GetTimeoutError) as exc:
             raise LearnerFailure(f"a learner failed: {type(exc).__name__}") from None
+        except RayTaskError as exc:
+            if not lost_input(exc):
+                raise
+            # a runner's batch was lost with its node: rewind and sample again
+            raise LearnerFailure(f"a learner lost its batch: {type(exc.cause).__name__}") from None
         # what the learners did not spend updating went to moving the batch and scheduling
         busy = max(s["t_update_s"] for s in stats)
         self.timings["t_transfer_s"] = max(time.perf_counter() - start - busy, 0.0)
@@ -219,6 +227,12 @@ class RayBackend:
     def close(self) -> None:
         for actor in self.runners + self.learners:
             ray.kill(actor)
+
+
+def lost_input(exc: RayTaskError) -> bool:
+    """The task failed because something it was given died with its process or node (learner
+    0's weights, a runner's batch on a removed node), not because its own code raised."""
+    return isinstance(exc.cause, (RayActorError, ObjectLostError))
 
 
 def env_shares(runner_batches: list, lo: int, hi: int) -> list:

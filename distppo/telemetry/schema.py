@@ -93,6 +93,9 @@ COLUMNS: tuple[Column, ...] = (
     Column("runner_restarts", _I, "-",
            "env-runner restarts of the run so far, whenever the runner died (counted by Ray); "
            "cumulative over resumes and learner recoveries"),
+    Column("learner_recoveries", _I, "-",
+           "times a learner died and every learner was replaced and restored from the last "
+           "checkpoint (the run rewound to it); cumulative over resumes"),
     Column("runner_env_s_mean", _F, "s",
            "env stepping seconds per runner this iteration, mean over runners"),
     Column("runner_env_s_max", _F, "s",
@@ -119,10 +122,17 @@ LOSS_COLUMNS = ("policy_loss", "value_loss", "entropy", "old_approx_kl", "approx
 PHASES = tuple(n[2:-2] for n in COLUMN_NAMES if n.startswith("t_") and n.endswith("_s"))
 
 
+# Columns added after files were written without them, and the value such a row has: a
+# --resume or a report of an older run reads it instead of refusing the file.
+ADDED_LATER = {"learner_recoveries": 0}
+
+
 def validate_row(row: Mapping) -> dict:
     """The row with values coerced to the column types; ValueError names a bad key or value.
 
-    In a nullable column NaN and None both become None (a Parquet null)."""
+    In a nullable column NaN and None both become None (a Parquet null); a column of
+    ADDED_LATER that a row lacks gets its value there."""
+    row = {**{k: v for k, v in ADDED_LATER.items() if k not in row}, **row}
     missing = [n for n in COLUMN_NAMES if n not in row]
     unknown = sorted(set(row) - set(COLUMN_NAMES))
     if missing:
