@@ -128,7 +128,8 @@ class RunnerConfig:
     num_threads: str = "auto"
     """torch intra-op threads per process: auto (the CPUs each process owns: --local all
     cores; Ray from the node's CPUs, split between runners and learners with --overlap,
-    distributed/resources.py) or a number for every process (recorded; decides bit-equality)"""
+    distributed/resources.py) or a number for every process, capped at the cores it may run on
+    (recorded; decides bit-equality)"""
     overlap: bool = False
     """runners collect iteration k+1 with weights k while learners update on k (policy lag 1);
     off = CleanRL"""

@@ -33,6 +33,8 @@ def test_local_threads_are_the_cores_or_the_number_given():
     assert local_threads(TrainConfig(local=True), 2) == Threads(2, 2)
     assert local_threads(TrainConfig(local=True), 16) == Threads(16, 16)
     assert local_threads(TrainConfig().replace(local=True, num_threads="3"), 16) == Threads(3, 3)
+    # a sweep's --local trial gets its reservation; Ray may declare more CPUs than cores
+    assert local_threads(TrainConfig().replace(local=True, num_threads="4"), 2) == Threads(2, 2)
 
 
 def test_ray_threads_take_turns_without_overlap_and_split_with_it():

@@ -31,6 +31,8 @@ def cores() -> int:
 
 def local_threads(cfg: TrainConfig, num_cores: int) -> Threads:
     """--local: one process runs the samplers and the learner in turn, so it takes every core
-    it may run on, or the number given."""
+    it may run on, or the number given; never more than those cores, as Ray's actors (a sweep
+    gives a --local trial its CPU reservation, which Ray may declare beyond the cores)."""
     n = num_cores if cfg.runner.num_threads == "auto" else cfg.runner.num_threads
-    return Threads(max(1, n), max(1, n))
+    n = max(1, min(n, num_cores))
+    return Threads(n, n)
