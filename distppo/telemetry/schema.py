@@ -85,9 +85,11 @@ COLUMNS: tuple[Column, ...] = (
     Column("num_env_runners", _I, "-", "env-runner processes (1 in local mode)"),
     Column("num_learners", _I, "-", "learner processes (1 in local mode)"),
     Column("learner_threads", _I, "threads",
-           "torch intra-op threads of each learner process (local mode: of the process)"),
+           "torch intra-op threads of each learner process (local mode: of the process); 0 = "
+           "not recorded (rows written before this column)"),
     Column("runner_threads", _I, "threads",
-           "torch intra-op threads of each env-runner process (local mode: of the process)"),
+           "torch intra-op threads of each env-runner process (local mode: of the process); "
+           "0 = not recorded (rows written before this column)"),
     Column("policy_lag", _I, "weight versions",
            "weight versions between sampling and learning; 0 by default"),
     Column("runner_restarts", _I, "-",
@@ -123,8 +125,9 @@ PHASES = tuple(n[2:-2] for n in COLUMN_NAMES if n.startswith("t_") and n.endswit
 
 
 # Columns added after files were written without them, and the value such a row has: a
-# --resume or a report of an older run reads it instead of refusing the file.
-ADDED_LATER = {"learner_recoveries": 0}
+# --resume or a report of an older run reads it instead of refusing the file. Threads 0 =
+# not recorded (before issue 10 a process had 1 unless --num-threads said otherwise).
+ADDED_LATER = {"learner_threads": 0, "runner_threads": 0, "learner_recoveries": 0}
 
 
 def validate_row(row: Mapping) -> dict:
