@@ -447,3 +447,25 @@ def test_metrics_is_ray_free_and_light():
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
                          text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_a_file_written_before_later_columns_reads_back_and_resumes(tmp_path):
+    """A run from before learner_threads/runner_threads/learner_recoveries existed: its rows
+    read back with 0 there (not recorded), and a sink resumes on it writing full rows."""
+    import pyarrow as pa
+    old = [c for c in schema.COLUMNS if c.name not in schema.ADDED_LATER]
+    rows = [{k: v for k, v in make_row(i).items() if k not in schema.ADDED_LATER}
+            for i in (1, 2)]
+    path = tmp_path / "metrics.parquet"
+    pq.write_table(pa.Table.from_pylist(rows, schema=schema.arrow_schema(old)), path)
+    with pytest.raises(ValueError, match="missing column"):  # only those columns are filled
+        schema.validate_row({k: v for k, v in rows[0].items() if k != "policy_lag"})
+    df = parquet.read_metrics(path).to_pandas()
+    assert df["iteration"].tolist() == [1, 2]
+    assert df[list(schema.ADDED_LATER)].to_numpy().tolist() == [[0, 0, 0], [0, 0, 0]]
+    sink = ParquetSink(str(path))
+    sink.write(make_row(3, learner_recoveries=1), flush=True)
+    sink.close()
+    df = parquet.read_metrics(path).to_pandas()
+    assert df["iteration"].tolist() == [1, 2, 3]
+    assert df["learner_recoveries"].tolist() == [0, 0, 1]
