@@ -24,6 +24,26 @@ def ray_cluster():
     ray.shutdown()
 
 
+@pytest.fixture
+def s3_server():
+    """A loopback S3 (moto) with the buckets the tests use; yields (pyarrow S3 fs, the env vars
+    a subprocess needs to reach it)."""
+    import pyarrow.fs as pafs
+    from moto.server import ThreadedMotoServer
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0)
+    server.start()
+    host, port = server.get_host_and_port()
+    creds = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+             "AWS_DEFAULT_REGION": "us-east-1", "AWS_ENDPOINT_URL": f"http://{host}:{port}",
+             "AWS_EC2_METADATA_DISABLED": "true"}  # never look for the cloud's metadata service
+    fs = pafs.S3FileSystem(endpoint_override=f"{host}:{port}", scheme="http", region="us-east-1",
+                           access_key="testing", secret_key="testing", allow_bucket_creation=True)
+    for bucket in ("sweeps-bucket", "status-bucket"):
+        fs.create_dir(bucket)
+    yield fs, creds
+    server.stop()
+
+
 def run_cli(*args, timeout=300, env=None, cwd=None):
     """The real console entry point in a subprocess; returns CompletedProcess (text)."""
     full_env = dict(os.environ, PYTHONUNBUFFERED="1", **(env or {}))

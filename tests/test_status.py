@@ -43,22 +43,6 @@ def wait_for_free_cpus(expected: float, timeout: float = 60.0) -> None:
         time.sleep(0.5)
 
 
-@pytest.fixture
-def s3_server():
-    from moto.server import ThreadedMotoServer
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0)
-    server.start()
-    host, port = server.get_host_and_port()
-    creds = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-             "AWS_DEFAULT_REGION": "us-east-1", "AWS_ENDPOINT_URL": f"http://{host}:{port}",
-             "AWS_EC2_METADATA_DISABLED": "true"}
-    fs = pafs.S3FileSystem(endpoint_override=f"{host}:{port}", scheme="http", region="us-east-1",
-                           access_key="testing", secret_key="testing", allow_bucket_creation=True)
-    fs.create_dir("status-bucket")
-    yield fs, creds
-    server.stop()
-
-
 def test_status_of_a_running_then_killed_sweep(ray_cluster, tmp_path, s3_server):
     sweep_dir = tmp_path / "live"
     log = open(tmp_path / "driver.log", "w")

@@ -206,21 +206,6 @@ def test_crashed_trial_restarts_from_checkpoint(ray_cluster, tmp_path):
 
 # --- 4. S3 storage on a loopback S3 server -----------------------------------------------------
 
-@pytest.fixture
-def s3_server():
-    from moto.server import ThreadedMotoServer
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0)
-    server.start()
-    host, port = server.get_host_and_port()
-    creds = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-             "AWS_DEFAULT_REGION": "us-east-1", "AWS_ENDPOINT_URL": f"http://{host}:{port}",
-             "AWS_EC2_METADATA_DISABLED": "true"}  # never look for the cloud's metadata service
-    fs = pafs.S3FileSystem(endpoint_override=f"{host}:{port}", scheme="http", region="us-east-1",
-                           access_key="testing", secret_key="testing", allow_bucket_creation=True)
-    fs.create_dir("sweeps-bucket")
-    yield fs, creds
-    server.stop()
-
 
 @pytest.mark.slow
 def test_s3_storage(s3_server, tmp_path):

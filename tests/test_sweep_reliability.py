@@ -18,7 +18,7 @@ from pathlib import Path
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 import pytest
-from test_sweep import TINY, assert_complete, s3_server  # noqa: F401 - a fixture
+from test_sweep import TINY, assert_complete
 
 from distppo.errors import UserError
 from distppo.sweep import lease as sweep_lease
@@ -65,7 +65,7 @@ def test_second_driver_refused_locally(tmp_path):
     lease.release()
 
 
-def test_s3_lease_expiry_renewal_force(s3_server, monkeypatch):  # noqa: F811
+def test_s3_lease_expiry_renewal_force(s3_server, monkeypatch):
     fs, creds = s3_server
     for key, value in creds.items():
         monkeypatch.setenv(key, value)
@@ -232,7 +232,7 @@ def test_chaos_soak_short(tmp_path):
     assert "| faults injected | 0 |" not in table, table
 
 
-def test_upload_on_s3_moves_each_file_trial_json_last(s3_server, monkeypatch, tmp_path):  # noqa: F811
+def test_upload_on_s3_moves_each_file_trial_json_last(s3_server, monkeypatch, tmp_path):
     fs, creds = s3_server
     for key, value in creds.items():
         monkeypatch.setenv(key, value)
