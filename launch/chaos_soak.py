@@ -138,7 +138,8 @@ class Soak:
         return found
 
     def inject(self) -> None:
-        kind = self.rng.choices(KINDS, WEIGHTS)[0]
+        kinds = [k for k in KINDS if k in self.args.kinds]
+        kind = self.rng.choices(kinds, [w for k, w in zip(KINDS, WEIGHTS) if k in kinds])[0]
         if kind == "driver":
             self.driver.send_signal(signal.SIGKILL)
             self.driver.wait(timeout=60)
@@ -269,6 +270,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--num-steps", type=int, default=32)
     p.add_argument("--min-gap", type=float, default=5.0, help="fewest seconds between faults")
     p.add_argument("--max-gap", type=float, default=30.0, help="most seconds between faults")
+    p.add_argument("--kinds", nargs="+", choices=KINDS, default=list(KINDS),
+                   help="what is killed; without trial and driver kills nothing is rolled "
+                        "back, so every kill must be counted exactly")
     p.add_argument("--finish-minutes", type=float, default=30.0,
                    help="how long the sweep may take to finish after the faults")
     args = p.parse_args(argv)
