@@ -18,19 +18,25 @@ import os
 import shutil
 
 import pandas as pd
+import pyarrow.parquet as pq
 
 from distppo.report.plots import run_curve
+from distppo.telemetry.parquet import read_metrics
 from distppo.telemetry.schema import METRICS_FILENAME
 
 RETURNS = (("episodic_return_last100", "last 100 games (charts/episodic_return)"),
            ("envpool_avg_return_last100", "ppo_atari_envpool's statistic (avg-20, last 100)"))
 
 
-def at_step(metrics: pd.DataFrame, step: int) -> dict:
-    """The returns of the last iteration at or before `step` (NaN and null: no value)."""
+def at_step(metrics: pd.DataFrame, step: int) -> dict | None:
+    """The returns of the last iteration at or before `step` (NaN and null: no value); None
+    when the run stopped before reaching it (a whole iteration short of it)."""
     rows = metrics[metrics["global_step"] <= step].sort_values("global_step")
+    per_iteration = int(metrics["global_step"].iloc[0] // metrics["iteration"].iloc[0])
     if rows.empty:
         raise SystemExit(f"the run has no iteration at or before {step:,} steps")
+    if rows["global_step"].iloc[-1] + per_iteration <= step:
+        return None
     row = rows.iloc[-1]
     out = {"requested_step": step, "global_step": int(row["global_step"]),
            "iteration": int(row["iteration"])}
@@ -50,23 +56,28 @@ def main() -> None:
     p.add_argument("out")
     p.add_argument("--at", type=int, nargs="+", default=[1_000_000, 2_000_000])
     args = p.parse_args()
-    metrics = pd.read_parquet(os.path.join(args.run_dir, METRICS_FILENAME))
+    # every row, also those in the tail since the last checkpoint (a run still going)
+    table = read_metrics(os.path.join(args.run_dir, METRICS_FILENAME))
+    metrics = table.to_pandas()
     with open(os.path.join(args.run_dir, "config.json")) as f:
         record = json.load(f)
     os.makedirs(args.out, exist_ok=True)
-    for name in (METRICS_FILENAME, "config.json"):
-        shutil.copyfile(os.path.join(args.run_dir, name), os.path.join(args.out, name))
+    pq.write_table(table, os.path.join(args.out, METRICS_FILENAME))
+    shutil.copyfile(os.path.join(args.run_dir, "config.json"),
+                    os.path.join(args.out, "config.json"))
     last = metrics.sort_values("global_step").iloc[-1]
     env_id, seed = last["env_id"], int(last["seed"])
     run_curve(metrics, os.path.join(args.out, "learning_curve.png"),
               f"distppo {last['algo']} ({last['backend']}), {env_id}, seed {seed}",
-              [c for c in RETURNS if c[0] in metrics], marks=args.at)
+              [c for c in RETURNS if c[0] in metrics],
+              marks=[s for s in args.at if at_step(metrics, s) is not None])
     results = {
         "run_id": record["run_id"], "env_id": env_id, "algo": last["algo"],
         "backend": last["backend"], "seed": seed, "global_step": int(last["global_step"]),
         "wall_clock_s": float(last["wall_clock_s"]), "sps": float(last["sps"]),
-        "episodes": int(metrics["episodes"].sum()), "returns": [at_step(metrics, s)
-                                                              for s in args.at],
+        "episodes": int(metrics["episodes"].sum()),
+        "returns": [r for r in (at_step(metrics, s) for s in args.at) if r is not None],
+        "not_reached": [s for s in args.at if at_step(metrics, s) is None],
         "hostname": record.get("hostname"), "git_commit": record.get("git_commit"),
         "versions": record.get("versions"), "episode_limit": record.get("episode_limit"),
     }
@@ -76,6 +87,9 @@ def main() -> None:
         print(f"at {r['requested_step']:,} steps (iteration {r['iteration']}, "
               f"{r['global_step']:,} steps): last 100 games {_fmt(r['episodic_return_last100'])}"
               f", ppo_atari_envpool's statistic {_fmt(r['envpool_avg_return_last100'])}")
+    for step in results["not_reached"]:
+        print(f"at {step:,} steps: not reached (the run stopped at "
+              f"{results['global_step']:,} steps)")
     hours, rest = divmod(results["wall_clock_s"], 3600)
     print(f"wall clock: {int(hours)} h {rest / 60:.1f} min ({results['wall_clock_s']:,.0f} s), "
           f"{results['sps']:,.0f} SPS, {results['episodes']:,} games, "
