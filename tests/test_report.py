@@ -117,12 +117,16 @@ def report_json(report_dir):
 
 def test_fixture_is_a_sweep_with_gaps(sweep_files):
     """The committed sweep has what the report must handle: two algos, finished trials, a game
-    that never finishes in the budget (Pong: NaN return), and the contract's columns."""
+    that never finishes in the budget (Pong: NaN return), and the contract's columns: all of
+    them but those the schema declares added after it was written (ADDED_LATER: readers fill
+    them in), so the report is also tested on a sweep of an older distppo."""
     from distppo.report.load import ITERATION_COLUMNS, TRIAL_COLUMNS
-    from distppo.telemetry.schema import SWEEP_ITERATION_SCHEMA, TRIAL_SCHEMA
+    from distppo.telemetry.schema import ADDED_LATER, SWEEP_ITERATION_SCHEMA, TRIAL_SCHEMA
     trials, iters = sweep_files
     assert set(TRIAL_COLUMNS) <= set(TRIAL_SCHEMA.names) <= set(trials.columns)
-    assert set(ITERATION_COLUMNS) <= set(SWEEP_ITERATION_SCHEMA.names) <= set(iters.columns)
+    assert set(ITERATION_COLUMNS) <= set(SWEEP_ITERATION_SCHEMA.names)
+    assert set(SWEEP_ITERATION_SCHEMA.names) - set(iters.columns) == {"learner_recoveries"}
+    assert "learner_recoveries" in ADDED_LATER
     assert set(trials["algo"]) == {"ppo", "ppo_lstm"}
     assert (trials["status"] == "done").sum() >= 8
     assert trials.loc[trials["env_id"] == "Pong-v5", "final_episodic_return"].isna().all()
