@@ -122,7 +122,7 @@ def test_results_folder_of_a_run(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     out = tmp_path / "results"
     script = subprocess.run([sys.executable, os.path.join(REPO, "launch", "results_of_run.py"),
-                             tmp_path / "r", out, "--at", "1000", "2048"],
+                             tmp_path / "r", out, "--at", "1000", "2048", "4096"],
                             capture_output=True, text=True, timeout=120, cwd=REPO)
     assert script.returncode == 0, script.stderr[-2000:]
     assert sorted(p.name for p in out.iterdir()) == [
@@ -136,6 +136,9 @@ def test_results_folder_of_a_run(tmp_path):
     assert last["episodic_return_last100"] == pytest.approx(row["episodic_return_last100"])
     assert last["envpool_avg_return_last100"] == pytest.approx(row["envpool_avg_return_last100"])
     assert "at 2,048 steps (iteration 8, 2,048 steps): last 100 games" in script.stdout
+    # a step the run never got to is said so, not quoted from its last row
+    assert results["not_reached"] == [4096]
+    assert "at 4,096 steps: not reached (the run stopped at 2,048 steps)" in script.stdout
     pixels = image.imread(out / "learning_curve.png")[..., :3]
     assert pixels.shape[:2] == (400, 700) and pixels.std() > 0.05
     assert len(np.unique((pixels * 255).astype(np.uint8).reshape(-1, 3), axis=0)) > 50
