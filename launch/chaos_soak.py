@@ -219,10 +219,13 @@ class Soak:
         missing = len(expected - set(keys))
         wrong_step = sum(r["global_step"] != r["iteration"] * per_iter for r in iterations)
         not_done = sum(t["status"] != "done" for t in trials)
-        runner_counted = sum(max((r["runner_restarts"] for r in iterations
-                                  if r["trial_id"] == t["trial_id"]), default=0) for t in trials)
-        learner_counted = sum(max((r["learner_recoveries"] for r in iterations
-                                   if r["trial_id"] == t["trial_id"]), default=0) for t in trials)
+        last: dict = {}  # per trial, the highest value of each cumulative counter
+        for r in iterations:
+            for column in ("runner_restarts", "learner_recoveries"):
+                key = (r["trial_id"], column)
+                last[key] = max(last.get(key, 0), r[column])
+        runner_counted = sum(v for (_, c), v in last.items() if c == "runner_restarts")
+        learner_counted = sum(v for (_, c), v in last.items() if c == "learner_recoveries")
         trial_counted = sum(t["restarts"] for t in trials)
         rolled_back = self.kills["trial"] + self.kills["driver"] > 0
         ok = (rc == 0 and not duplicates and not missing and not wrong_step and not not_done

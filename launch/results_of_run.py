@@ -65,19 +65,20 @@ def main() -> None:
     pq.write_table(table, os.path.join(args.out, METRICS_FILENAME))
     shutil.copyfile(os.path.join(args.run_dir, "config.json"),
                     os.path.join(args.out, "config.json"))
+    returns = {s: at_step(metrics, s) for s in args.at}  # None: not reached
     last = metrics.sort_values("global_step").iloc[-1]
     env_id, seed = last["env_id"], int(last["seed"])
     run_curve(metrics, os.path.join(args.out, "learning_curve.png"),
               f"distppo {last['algo']} ({last['backend']}), {env_id}, seed {seed}",
               [c for c in RETURNS if c[0] in metrics],
-              marks=[s for s in args.at if at_step(metrics, s) is not None])
+              marks=[s for s, r in returns.items() if r is not None])
     results = {
         "run_id": record["run_id"], "env_id": env_id, "algo": last["algo"],
         "backend": last["backend"], "seed": seed, "global_step": int(last["global_step"]),
         "wall_clock_s": float(last["wall_clock_s"]), "sps": float(last["sps"]),
         "episodes": int(metrics["episodes"].sum()),
-        "returns": [r for r in (at_step(metrics, s) for s in args.at) if r is not None],
-        "not_reached": [s for s in args.at if at_step(metrics, s) is None],
+        "returns": [r for r in returns.values() if r is not None],
+        "not_reached": [s for s, r in returns.items() if r is None],
         "hostname": record.get("hostname"), "git_commit": record.get("git_commit"),
         "versions": record.get("versions"), "episode_limit": record.get("episode_limit"),
     }
