@@ -66,7 +66,11 @@ def test_sigkill_around_a_checkpoint_loses_no_row(tmp_path, point):
     assert killed.returncode == -9, killed.stderr[-2000:]
     done = run_cli("train", "--resume", tmp_path / "r", timeout=180)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert_rows_exact(tmp_path / "r", 8)
+    df = assert_rows_exact(tmp_path / "r", 8)
+    # TensorBoard too: the events before the checkpoint were durable when it was written (they
+    # were lost once, still queued in tensorboardX's writer thread when the process died)
+    for tag in ("charts/SPS", "charts/learning_rate", "losses/value_loss"):
+        assert [step for step, _ in tb_points(tmp_path / "r", tag)] == df["global_step"].tolist()
 
 
 # --- TensorBoard after a resume (item 2) ------------------------------------------------------

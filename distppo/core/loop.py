@@ -36,7 +36,7 @@ from distppo.telemetry.progress import Progress
 from distppo.telemetry.runinfo import record_placement, record_resume, write_config_json
 from distppo.telemetry.schema import LOSS_COLUMNS
 from distppo.telemetry.stats import EpisodeTracker, PhaseTimer, ReferenceReturns
-from distppo.telemetry.tensorboard import TensorBoardWriter
+from distppo.telemetry.tensorboard import TB_SCALARS, TensorBoardWriter
 from distppo.telemetry.trackers import Tracker, close_all, make_trackers
 from distppo.testing import faults
 
@@ -151,7 +151,9 @@ class Loop:
             self.save_checkpoint(0.0)
         self.tb = self._tensorboard(resumed=state is not None)
         if state is None:
-            self.tb.add_hparams_text(cfg.to_dict())
+            with storage_errors(self.paths.run_dir):
+                self.tb.add_hparams_text(cfg.to_dict())
+                self.tb.flush()
         self.trackers = list(trackers)
         self.bar = Progress(cfg.ppo.total_timesteps) if progress else None
         self.timer = PhaseTimer()
@@ -231,20 +233,33 @@ class Loop:
                             learner_recoveries=self.recoveries_before + self.recoveries)
         row.update(episode_columns)
         due = iteration % cfg.checkpoint_every == 0 or iteration == cfg.num_iterations
-        self.sink.write(row, flush=due or self.sink.seconds_since_flush() > FLUSH_EVERY_S)
+        flush = due or self.sink.seconds_since_flush() > FLUSH_EVERY_S
+        self.sink.write(row, flush=flush)
         self.rows_written += 1
         ckpt_path = None
+        episodes = list(zip(returns, lengths))
         if due:
+            # TensorBoard's events up to this row reach the disk before the checkpoint a resume
+            # starts after; only this row's checkpoint seconds are written after it
+            with storage_errors(self.paths.run_dir):
+                self.tb.write(row, episodes,
+                              columns=set(TB_SCALARS.values()) - {"t_checkpoint_s"})
+                self.tb.flush()
             faults.kill_point("before_checkpoint", iteration)
             with self.timer.phase("checkpoint"):
                 ckpt_path = self.save_checkpoint(wall)
             faults.kill_point("after_checkpoint", iteration)
             row["t_checkpoint_s"] = self.timer.totals["checkpoint"]
             self.sink.write(row)  # the same row with its checkpoint's seconds
-        with storage_errors(self.paths.run_dir):
-            self.tb.write(row, list(zip(returns, lengths)))
+            with storage_errors(self.paths.run_dir):
+                self.tb.write(row, columns=["t_checkpoint_s"])
+        else:
+            with storage_errors(self.paths.run_dir):
+                self.tb.write(row, episodes)
+                if flush:  # a live run's TensorBoard is as far behind as its Parquet file
+                    self.tb.flush()
         for tracker in self.trackers:
-            tracker.log(row, list(zip(returns, lengths)))
+            tracker.log(row, episodes)
         if on_iteration is not None:
             on_iteration(row, ckpt_path)
         if self.bar is not None and (iteration % cfg.log_every == 0
