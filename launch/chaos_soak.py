@@ -10,12 +10,13 @@ the sweep is left:
 
 - iterations.parquet: every trial done, iterations 1..N once each (no gap, no duplicate),
   global_step = iteration x num_envs x num_steps exactly;
-- the restarts the product counts: env-runner restarts (`runner_restarts`, per run) against
-  runner kills; learner recoveries (`learner_recoveries`, per run) against learner kills;
-  trial restarts (trials.parquet `restarts`) against trial-process kills. A kill
-  can be rolled back with its trial (a later trial or driver kill resumes from a checkpoint
-  taken before it), so those are reported as counted / injected with the rolled-back ones
-  explained; rows are never allowed to be lost or duplicated;
+- the faults the product counts, each equal to the kills: env-runner restarts
+  (`runner_restarts`, per run) and runner kills; learner recoveries (`learner_recoveries`, per
+  run) and learner kills; trial restarts (trials.parquet `restarts`) and trial-process kills.
+  A driver kill stops its trials without failing them: their resume is no trial restart.
+  Counts survive roll-backs through each run's fault log (telemetry/faultlog.py);
+  `--counts at-most` accepts fewer counted than killed (the short run in the test suite, where
+  a kill can land on a process that is ending anyway);
 - no process carrying the soak's marker (its environment) runs afterwards.
 
 It prints a Markdown table (also written to <out>/soak.md) and exits 0 when the audit passes.
@@ -227,12 +228,12 @@ class Soak:
         runner_counted = sum(v for (_, c), v in last.items() if c == "runner_restarts")
         learner_counted = sum(v for (_, c), v in last.items() if c == "learner_recoveries")
         trial_counted = sum(t["restarts"] for t in trials)
-        rolled_back = self.kills["trial"] + self.kills["driver"] > 0
+        counted = (runner_counted, learner_counted, trial_counted)
+        killed = (self.kills["runner"], self.kills["learner"], self.kills["trial"])
+        counts_ok = counted == killed if self.args.counts == "exact" else \
+            all(c <= k for c, k in zip(counted, killed))
         ok = (rc == 0 and not duplicates and not missing and not wrong_step and not not_done
-              and not left and runner_counted <= self.kills["runner"]
-              and learner_counted <= self.kills["learner"]
-              and (rolled_back or (runner_counted, learner_counted)
-                   == (self.kills["runner"], self.kills["learner"])))
+              and not left and counts_ok)
         rows = [
             ("faults injected", sum(self.kills.values())),
             ("env runners killed / runner_restarts counted",
@@ -252,8 +253,8 @@ class Soak:
         ]
         table = "| check | value |\n|---|---|\n" + "".join(f"| {k} | {v} |\n" for k, v in rows)
         command = "python launch/chaos_soak.py " + " ".join(sys.argv[1:])
-        text = (f"{command}\n\n{table}\nresult: {'PASS' if ok else 'FAIL'}"
-                f"{' (counts may lag kills rolled back with a trial)' if rolled_back else ''}\n")
+        text = (f"{command}\n\n{table}\nresult: {'PASS' if ok else 'FAIL'} (fault counts "
+                f"{'equal to' if self.args.counts == 'exact' else 'at most'} the kills)\n")
         (Path(self.args.out) / "soak.md").write_text(text)
         print(text)
         return 0 if ok else 1
@@ -274,8 +275,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--min-gap", type=float, default=5.0, help="fewest seconds between faults")
     p.add_argument("--max-gap", type=float, default=30.0, help="most seconds between faults")
     p.add_argument("--kinds", nargs="+", choices=KINDS, default=list(KINDS),
-                   help="what is killed; without trial and driver kills nothing is rolled "
-                        "back, so every kill must be counted exactly")
+                   help="what is killed")
+    p.add_argument("--counts", choices=("exact", "at-most"), default="exact",
+                   help="exact: every kill counted once (the default); at-most: no fault counted "
+                        "that was not injected")
     p.add_argument("--finish-minutes", type=float, default=30.0,
                    help="how long the sweep may take to finish after the faults")
     args = p.parse_args(argv)

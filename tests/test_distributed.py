@@ -103,6 +103,8 @@ def test_runner_killed_mid_rollout_is_restarted(ray_cluster, tmp_path):
     assert df["iteration"].tolist() == list(range(1, 7))  # no row duplicated or missing
     assert df["global_step"].tolist() == [128 * i for i in range(1, 7)]
     assert df["runner_restarts"].iloc[-1] == 1
+    from distppo.telemetry.faultlog import FaultLog
+    assert FaultLog.local(str(tmp_path / "runner" / "faults")).counts() == {"runner_restarts": 1}
 
 
 def _kill_and_wait(pid, timeout=60):
@@ -189,6 +191,28 @@ def test_learner_killed_is_restored_from_checkpoint(ray_cluster, tmp_path):
     assert df["learner_recoveries"].tolist()[-1] == 1  # counted
     w0, w1 = holder["final_weights"]
     assert all(torch.equal(w0[k], w1[k]) for k in w0)  # no silent divergence after recovery
+
+
+@pytest.mark.slow
+def test_runner_and_learner_killed_while_starting_are_survived_and_counted(ray_cluster, tmp_path):
+    """An env runner killed in its constructor (Ray restarts it) and a learner killed in its
+    own (started again) while the backend starts: the run goes on and counts both, in its rows
+    and in its fault log. Both failed the run before (the chaos soak lost trials to them)."""
+    from distppo.telemetry.faultlog import FaultLog
+    env = dict(os.environ, DISTPPO_FAULT_SIGKILL_ONCE=f"{tmp_path}:runner_init,learner_init")
+    proc = subprocess.run(
+        [sys.executable, "-m", "distppo", "train", "--env-id", "CartPole-v1", "--backend", "gym",
+         "--num-envs", "4", "--num-env-runners", "2", "--num-steps", "32",
+         "--num-minibatches", "2", "--total-timesteps", "256", "--output-dir", str(tmp_path),
+         "--run-name", "r"], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert (tmp_path / "runner_init").exists() and (tmp_path / "learner_init").exists()
+    df = pd.read_parquet(tmp_path / "r" / "metrics.parquet")
+    assert df["iteration"].tolist() == [1, 2]
+    assert df["runner_restarts"].tolist() == [1, 1]
+    assert df["learner_recoveries"].tolist() == [1, 1]
+    assert FaultLog.local(str(tmp_path / "r" / "faults")).counts() == {
+        "runner_restarts": 1, "learner_recoveries": 1}
 
 
 @pytest.mark.slow

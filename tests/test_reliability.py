@@ -96,6 +96,29 @@ def test_tensorboard_after_resume_has_every_step_once(tmp_path, monkeypatch):
     assert [value for _, value in points] == pytest.approx(df["sps"].tolist(), rel=1e-6)
 
 
+# --- fault counts that no roll-back loses --------------------------------------------------------
+
+def test_fault_log_counts_and_a_resume_starts_from_it(tmp_path):
+    """A fault counted by an attempt that died before any row showed it (its rows rolled back
+    with it) is in the run's fault log, and the next attempt's rows start from there."""
+    from distppo.telemetry.faultlog import FaultLog
+    run_dir = tmp_path / "r"
+    train(tiny_cfg(tmp_path, "r", 2), LocalBackend, progress=False)
+    log = FaultLog.local(str(run_dir / "faults"))
+    assert log.counts() == {}  # nothing restarts in one process
+    log.add("runner_restarts", 2, "an attempt that died before its row")
+    log.add("learner_recoveries")
+    log.add("learner_recoveries", 0)  # nothing to record
+    (run_dir / "faults" / "notes.txt").write_text("not a fault")  # ignored
+    with pytest.raises(ValueError, match="unknown fault kind"):
+        log.add("runner_restart")
+    assert log.counts() == {"runner_restarts": 2, "learner_recoveries": 1}
+    resume(run_dir, total_timesteps=STEPS * 4)
+    df = assert_rows_exact(run_dir, 4)
+    assert df["runner_restarts"].tolist() == [0, 0, 2, 2]
+    assert df["learner_recoveries"].tolist() == [0, 0, 1, 1]
+
+
 # --- what --resume may change (item 7) --------------------------------------------------------
 
 def test_resume_refuses_a_changed_flag_and_extends_total_timesteps(tmp_path):

@@ -45,7 +45,8 @@ class BackendInfo:
 
 class Backend(Protocol):
     """The seams the loop uses; nothing else of a backend is reached into."""
-    runner_restarts: int   # env-runner restarts so far
+    runner_restarts: int   # env-runner restarts since the backend started
+    learner_restarts: int  # learner processes that died while starting and were started again
     timings: dict          # t_transfer_s, t_wait_s of the latest iteration
 
     def describe(self) -> BackendInfo: ...
@@ -78,7 +79,7 @@ class LocalBackend:
                          for r in range(cfg.runner.num_env_runners)]
         env = self.samplers[0].env
         self.learner = PPOLearner(cfg, tuple(env.obs_shape), env.num_actions, cfg.seed)
-        self.runner_restarts = 0
+        self.runner_restarts = self.learner_restarts = 0  # nothing restarts in one process
         self.timings = {"t_transfer_s": 0.0, "t_wait_s": 0.0}
 
     def describe(self) -> BackendInfo:

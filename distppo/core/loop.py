@@ -30,6 +30,7 @@ from distppo.core.runfolder import Prepared, RunPaths, claim, discard, prepare_r
 from distppo.core.seeds import seed_everything
 from distppo.core.threads import cores, local_threads
 from distppo.errors import LearnerFailure, StorageError
+from distppo.telemetry.faultlog import FaultLog
 from distppo.telemetry.files import storage_errors
 from distppo.telemetry.parquet import ParquetSink
 from distppo.telemetry.progress import Progress
@@ -43,23 +44,26 @@ from distppo.testing import faults
 BackendFactory = Callable[[TrainConfig, Optional[str]], Backend]
 OnIteration = Callable[[dict, Optional[str]], None]
 MAX_LEARNER_RECOVERIES = 3
+COUNTERS = ("runner_restarts", "learner_recoveries")  # fault counters of a run (faultlog.py)
 FLUSH_EVERY_S = 60.0  # metrics.parquet of a live run is at most this far behind its rows
 
 
 def train(cfg: TrainConfig, backend_factory: BackendFactory, resume: Optional[str] = None,
           progress: bool = True, on_iteration: Optional[OnIteration] = None,
-          given: Optional[dict] = None) -> RunPaths:
+          given: Optional[dict] = None, fault_log: Optional[FaultLog] = None) -> RunPaths:
     """Run (or resume) one training run; returns where its files are.
 
     `on_iteration(row, checkpoint_path or None)` is called after each iteration's row is
     written (the sweep trial reports to Tune from there). `given`: the flags given with
-    --resume (config.RESUME_SAFE says which may differ from the stored config).
+    --resume (config.RESUME_SAFE says which may differ from the stored config). `fault_log`:
+    where counted faults are recorded (default: the run folder's; a sweep trial keeps its own
+    outside the run copies it rolls back to).
     """
     run = prepare_run(cfg, resume, given)
     lock = claim(run)
     loop = None
     try:
-        loop = _start(run, backend_factory, progress)
+        loop = _start(run, backend_factory, progress, fault_log)
         try:
             loop.run(on_iteration)
             if run.cfg.save_model:  # CleanRL's --save-model: the bare state_dict at the end
@@ -84,7 +88,8 @@ def train(cfg: TrainConfig, backend_factory: BackendFactory, resume: Optional[st
     return run.paths
 
 
-def _start(run: Prepared, backend_factory: BackendFactory, progress: bool) -> "Loop":
+def _start(run: Prepared, backend_factory: BackendFactory, progress: bool,
+           fault_log: Optional[FaultLog]) -> "Loop":
     cfg, paths, state = run.cfg, run.paths, run.state
     if state is None:
         write_config_json(paths.config_json, cfg, paths.run_id)
@@ -102,7 +107,8 @@ def _start(run: Prepared, backend_factory: BackendFactory, progress: bool) -> "L
         close_all(trackers, ok=False)
         raise
     try:
-        loop = Loop(cfg, paths, backend, state, progress, trackers)
+        loop = Loop(cfg, paths, backend, state, progress, trackers,
+                    fault_log or FaultLog.local(paths.faults))
     except BaseException:
         backend.close()
         close_all(trackers, ok=False)
@@ -127,7 +133,8 @@ class Loop:
     """The state of one run's iteration loop: counters, writers, the rollout in flight."""
 
     def __init__(self, cfg: TrainConfig, paths: RunPaths, backend: Backend,
-                 state: Optional[dict], progress: bool, trackers: Sequence[Tracker] = ()):
+                 state: Optional[dict], progress: bool, trackers: Sequence[Tracker] = (),
+                 fault_log: Optional[FaultLog] = None):
         self.cfg, self.paths, self.backend = cfg, paths, backend
         self.info: BackendInfo = backend.describe()
         if progress:
@@ -139,8 +146,12 @@ class Loop:
         self.tracker = EpisodeTracker()
         self.reference = ReferenceReturns(cfg.env.num_envs)
         self.iteration, self.global_step, elapsed_before = 0, 0, 0.0
-        self.restarts_before = self._so_far("runner_restarts", state)
-        self.recoveries_before = self._so_far("learner_recoveries", state)
+        # Each fault counter of the run over all its attempts: the fault log, or for a run
+        # from before it, the rows a crashed attempt wrote past its checkpoint.
+        self.fault_log = fault_log or FaultLog.local(paths.faults)
+        logged = self.fault_log.counts()
+        self.counted = {k: max(logged[k], self._so_far(k, state)) for k in COUNTERS}
+        self.backend_seen = dict.fromkeys(COUNTERS, 0)  # the backend's counts already logged
         self.recoveries = 0  # learner recoveries of this process (MAX_LEARNER_RECOVERIES)
         self.rows_written = 0
         if state is not None:
@@ -168,6 +179,26 @@ class Loop:
                 self.record(metas, stats, version, on_iteration)
             except LearnerFailure as exc:  # also while checkpointing: its row is rewritten after
                 self.recover(exc)
+
+    def count(self, kind: str, n: int, detail: str = "") -> None:
+        """n more faults of `kind`, logged before any row shows them. A log that cannot be
+        written is one line: the run goes on and its rows still count the fault."""
+        self.counted[kind] += n
+        try:
+            self.fault_log.add(kind, n, detail)
+        except OSError as exc:
+            print(f"distppo: {n} {kind} not written to the fault log {self.fault_log.folder} "
+                  f"({type(exc).__name__}: {exc}); the rows count it", file=sys.stderr,
+                  flush=True)
+
+    def count_backend_faults(self) -> None:
+        """The faults the backend survived since the last look: runners Ray restarted, learner
+        processes that died while starting and were started again."""
+        for kind, now in (("runner_restarts", self.backend.runner_restarts),
+                          ("learner_recoveries", self.backend.learner_restarts)):
+            if now > self.backend_seen[kind]:
+                self.count(kind, now - self.backend_seen[kind], "counted by the backend")
+            self.backend_seen[kind] = now
 
     def _so_far(self, counter: str, state: Optional[dict]) -> int:
         """A fault counter of this run before this process: the rows a crashed attempt wrote
@@ -226,11 +257,12 @@ class Loop:
         self.timer.add("infer", max(m.t_infer_s for m in metas))
         for name in ("wait", "transfer"):
             self.timer.add(name, self.backend.timings.get(f"t_{name}_s", 0.0))
+        self.count_backend_faults()
         row = iteration_row(cfg, self.paths.run_id, self.info, metas, stats,
                             self.timer.as_columns(), iteration, self.global_step, wall,
                             policy_lag=iteration - 1 - version,
-                            runner_restarts=self.restarts_before + self.backend.runner_restarts,
-                            learner_recoveries=self.recoveries_before + self.recoveries)
+                            runner_restarts=self.counted["runner_restarts"],
+                            learner_recoveries=self.counted["learner_recoveries"])
         row.update(episode_columns)
         due = iteration % cfg.checkpoint_every == 0 or iteration == cfg.num_iterations
         flush = due or self.sink.seconds_since_flush() > FLUSH_EVERY_S
@@ -278,12 +310,14 @@ class Loop:
         self.recoveries += 1
         if self.recoveries > MAX_LEARNER_RECOVERIES:
             raise LearnerFailure(f"learners died {self.recoveries} times; giving up")
+        self.count("learner_recoveries", 1, str(cause))
         path = latest_checkpoint(self.paths.run_dir)
         state = load_checkpoint(path)
         print(f"distppo: {cause} at iteration {self.iteration}; every learner replaced and "
               f"restored from {Path(path).name} (iteration {state['iteration']})",
               file=sys.stderr, flush=True)
         self.backend.recover_learners(state["learner"])
+        self.count_backend_faults()
         self.restore(state)
         self.pending = None  # a rollout in flight was sampled with weights we just discarded
         self.tb.close()  # a new event file that purges the rewound steps, as after a resume
@@ -297,8 +331,8 @@ class Loop:
         return {"learner": self.backend.learner_state(), "iteration": self.iteration,
                 "global_step": self.global_step, "wall_clock_s": wall, "rng": rng_state(),
                 "episodes": self.tracker.state_dict(),
-                "runner_restarts": self.restarts_before + self.backend.runner_restarts,
-                "learner_recoveries": self.recoveries_before + self.recoveries,
+                "runner_restarts": self.counted["runner_restarts"],
+                "learner_recoveries": self.counted["learner_recoveries"],
                 "reference_returns": self.reference.state_dict()}
 
     def restore(self, state: dict) -> float:

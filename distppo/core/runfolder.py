@@ -39,6 +39,11 @@ class RunPaths:
     def videos(self) -> str:
         return os.path.join(self.run_dir, "videos")
 
+    @property
+    def faults(self) -> str:
+        """The run's fault log (telemetry/faultlog.py), unless a sweep trial keeps it."""
+        return os.path.join(self.run_dir, "faults")
+
 
 @dataclass
 class Prepared:

@@ -33,6 +33,7 @@ from distppo.errors import LearnerFailure, RunnerFailure, UserError
 
 CALL_TIMEOUT_S = 900.0  # no rollout or update of a sane config takes this long: fail loudly
 RESTART_TIMEOUT_S = 120.0  # a restarted runner that is not back by then is not coming back
+LEARNER_START_TRIES = 5  # learner processes killed while starting, in a row, before giving up
 
 
 class RayBackend:
@@ -51,23 +52,23 @@ class RayBackend:
                                     ).remote(cfg, i, video_dir, self.threads.runner)
             for i in range(r.num_env_runners)
         ]
-        self.obs_shape, self.num_actions = self._get(self.runners[0].env_spec.remote(), "runner 0")
-        self.runner_ids = ray.get([a.actor_id.remote() for a in self.runners],
-                                  timeout=CALL_TIMEOUT_S)
-        self.learners = self._make_learners()
         self.runner_restarts = 0  # env-runner restarts since this backend started
+        self.learner_restarts = 0  # learner processes that died while starting, started again
+        self.obs_shape, self.num_actions = self._ask_runners("env_spec", only=0)[0]
+        self.runner_ids = self._ask_runners("actor_id")
+        self.learners = self._make_learners()
         self.timings = {"t_transfer_s": 0.0, "t_wait_s": 0.0}
         # Wait until every actor is up: like CleanRL's SPS timer, ours starts after construction.
         self._info = self._describe()
 
     def _describe(self) -> BackendInfo:
-        actors = self.runners + self.learners
-        runner_nodes = ray.get([a.node_id.remote() for a in self.runners], timeout=CALL_TIMEOUT_S)
+        runner_nodes = self._ask_runners("node_id")
         device, gpu_name, learner_threads = ray.get(self.learners[0].device.remote(),
                                                     timeout=CALL_TIMEOUT_S)
-        runner_threads = ray.get(self.runners[0].threads.remote(), timeout=CALL_TIMEOUT_S)
+        runner_threads = self._ask_runners("threads", only=0)[0]
         group = ray.get_runtime_context().get_placement_group_id()
-        theirs = ray.get([a.placement_group_id.remote() for a in actors], timeout=CALL_TIMEOUT_S)
+        theirs = self._ask_runners("placement_group_id") + ray.get(
+            [a.placement_group_id.remote() for a in self.learners], timeout=CALL_TIMEOUT_S)
         return BackendInfo("ray", len(self.runners), len(self.learners), device, gpu_name,
                            runner_nodes=len(set(runner_nodes)),
                            in_placement_group=group is not None and all(t == group for t in theirs),
@@ -77,44 +78,75 @@ class RayBackend:
     def describe(self) -> BackendInfo:
         return self._info
 
-    def _get(self, ref, who: str):
-        try:
-            return ray.get(ref, timeout=CALL_TIMEOUT_S)
-        except RayTaskError as exc:
-            raise RunnerFailure(str(exc.cause)) from None
-        except RayActorError as exc:  # its constructor raised: name the cause, not Ray's dump
-            lines = [line for line in str(exc).splitlines() if "EnvError:" in line]
-            cause = lines[-1].split("EnvError: ", 1)[1] if lines else f"{who} died"
-            raise RunnerFailure(cause) from None
-        except GetTimeoutError:
-            raise RunnerFailure(f"{who} did not answer within {CALL_TIMEOUT_S:.0f} s") from None
+    def _ask_runners(self, method: str, only: int | None = None) -> list:
+        """Every runner's (or runner `only`'s) answer to a quick call while the backend starts.
+        A runner whose process is killed meanwhile is restarted by Ray: wait for it and ask
+        again (counted from the actor table like any restart). A runner whose constructor
+        raised (its envs could not be built) is one RunnerFailure naming the cause."""
+        indices = range(len(self.runners)) if only is None else [only]
+        refs = {i: getattr(self.runners[i], method).remote() for i in indices}
+        answers = []
+        for i in indices:
+            for _ in range(self.cfg.runner.runner_max_restarts + 1):
+                try:
+                    answers.append(ray.get(refs[i], timeout=CALL_TIMEOUT_S))
+                    break
+                except RayActorError as exc:
+                    if exc.actor_init_failed:  # name the cause, not Ray's dump
+                        lines = [line for line in str(exc).splitlines() if "EnvError:" in line]
+                        cause = lines[-1].split("EnvError: ", 1)[1] if lines else str(exc)
+                        raise RunnerFailure(cause) from None
+                    self._wait_until_alive(i)
+                    refs[i] = getattr(self.runners[i], method).remote()
+                except GetTimeoutError:
+                    raise RunnerFailure(f"env runner {i} did not answer within "
+                                        f"{CALL_TIMEOUT_S:.0f} s") from None
+            else:
+                raise self._died_too_often(i)
+        return answers
 
     def _make_learners(self) -> list:
-        lr, m = self.cfg.learner, self.cfg.learner.num_learners
-        learners = [RemoteLearner.options(num_cpus=lr.learner_cpus, num_gpus=lr.learner_gpus,
-                                          max_restarts=0).remote(self.cfg, self.obs_shape,
-                                                                 self.num_actions, rank,
-                                                                 self.threads.learner)
-                    for rank in range(m)]
-        try:
-            ray.get([learner.pid.remote() for learner in learners], timeout=CALL_TIMEOUT_S)
-        except RayActorError as exc:  # its constructor raised; a user error is one line
-            self.close_actors(learners)
-            for line in reversed(str(exc).splitlines()):
-                for kind in ("ConfigError: ", "UserError: "):
-                    if kind in line:
-                        raise UserError(line.split(kind, 1)[1].strip()) from None
-            raise LearnerFailure("a learner could not start: see its log in the Ray session "
-                                 "folder") from None
+        """Start the learners (and their process group). A learner process killed while they
+        start makes all of them start again (counted in learner_restarts); a constructor that
+        raised is one line, a user error as the user's."""
+        for _ in range(LEARNER_START_TRIES):
+            learners = self._start_learners()
+            try:
+                ray.get([learner.pid.remote() for learner in learners], timeout=CALL_TIMEOUT_S)
+                self._group(learners)
+                return learners
+            except RayActorError as exc:
+                for learner in learners:
+                    ray.kill(learner)
+                if not exc.actor_init_failed:  # its process died: start them again
+                    self.learner_restarts += 1
+                    continue
+                for runner in self.runners:
+                    ray.kill(runner)
+                for line in reversed(str(exc).splitlines()):
+                    for kind in ("ConfigError: ", "UserError: "):
+                        if kind in line:
+                            raise UserError(line.split(kind, 1)[1].strip()) from None
+                raise LearnerFailure("a learner could not start: see its log in the Ray "
+                                     "session folder") from None
+        raise LearnerFailure(f"learner processes died {LEARNER_START_TRIES} times in a row "
+                             "while starting: see their logs in the Ray session folder")
+
+    def _start_learners(self) -> list:
+        lr = self.cfg.learner
+        return [RemoteLearner.options(num_cpus=lr.learner_cpus, num_gpus=lr.learner_gpus,
+                                      max_restarts=0).remote(self.cfg, self.obs_shape,
+                                                             self.num_actions, rank,
+                                                             self.threads.learner)
+                for rank in range(lr.num_learners)]
+
+    def _group(self, learners: list) -> None:
+        """Data-parallel learners join one process group (rank 0 listens)."""
+        m = len(learners)
         if m > 1:
             addr, port = ray.get(learners[0].rendezvous_address.remote(), timeout=CALL_TIMEOUT_S)
             ray.get([learner.init_group.remote(addr, port, rank, m)
                      for rank, learner in enumerate(learners)], timeout=CALL_TIMEOUT_S)
-        return learners
-
-    def close_actors(self, learners: list) -> None:
-        for actor in self.runners + learners:
-            ray.kill(actor)
 
     # -- sampling ---------------------------------------------------------------------------
     def start_rollout(self, version: int):
@@ -154,9 +186,12 @@ class RayBackend:
             except GetTimeoutError:
                 raise RunnerFailure(f"env runner {i} did not answer within "
                                     f"{CALL_TIMEOUT_S:.0f} s") from None
-        raise RunnerFailure(f"env runner {i} ({self.cfg.env.env_id}) died more than "
-                            f"{self.cfg.runner.runner_max_restarts} times: see its log in the "
-                            "Ray session folder")
+        raise self._died_too_often(i)
+
+    def _died_too_often(self, i: int) -> RunnerFailure:
+        return RunnerFailure(f"env runner {i} ({self.cfg.env.env_id}) died more than "
+                             f"{self.cfg.runner.runner_max_restarts} times: see its log in the "
+                             "Ray session folder")
 
     def _count_restarts(self) -> int:
         """Restarts of all runners so far; a GCS that does not answer keeps the last count

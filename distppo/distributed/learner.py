@@ -17,6 +17,7 @@ from distppo.core.rollout import RolloutBatch
 from distppo.core.threads import cores
 from distppo.core.update import GradAllReduce, PPOLearner
 from distppo.errors import UserError
+from distppo.testing import faults
 
 GROUP_TIMEOUT = datetime.timedelta(minutes=10)
 
@@ -29,6 +30,7 @@ class Learner:
         torch.set_num_threads(max(1, min(threads, cores())))
         check_gpu(cfg)
         self.core = PPOLearner(cfg, obs_shape, num_actions, cfg.seed, rank)
+        faults.kill_once("learner_init")
 
     def rendezvous_address(self) -> tuple[str, int]:
         """Rank 0: this node's IP and a port the kernel picked, listened on by the group's

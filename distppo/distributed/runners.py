@@ -12,6 +12,7 @@ from distppo.core.rollout import RolloutBatch, RolloutMeta
 from distppo.core.sampler import make_sampler
 from distppo.core.threads import cores
 from distppo.errors import EnvError
+from distppo.testing import faults
 
 
 class EnvRunner:
@@ -29,6 +30,7 @@ class EnvRunner:
         except Exception as exc:
             raise EnvError(f"{self.label} could not create its envs: "
                            f"{type(exc).__name__}: {exc}") from None
+        faults.kill_once("runner_init")
 
     def env_spec(self) -> tuple[tuple, int]:
         return tuple(self.sampler.env.obs_shape), self.sampler.env.num_actions

@@ -131,6 +131,12 @@ class SweepCallback(tune.Callback):
     def on_trial_complete(self, iteration, trials, trial, **info):
         self._guarded("trial end", lambda: self._write(trials, {trial.trial_id: "done"}))
 
+    def on_trial_recover(self, iteration, trials, trial, **info):
+        # Logged now: Tune's own count (num_failures) lives in its state snapshot, which a
+        # driver killed before the next snapshot loses (docs/reliability.md, Counts).
+        self._guarded("a trial restart", lambda: self.storage.fault_log(_trial_name(trial)).add(
+            "trial_restarts", 1, f"Tune restarts {trial.trial_id} after a failure"))
+
     def on_trial_error(self, iteration, trials, trial, **info):
         self._guarded("trial error", lambda: self._write(trials, {trial.trial_id: "failed"}))
 

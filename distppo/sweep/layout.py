@@ -9,6 +9,8 @@ Shared by the writer (the sweep driver and its trials) and the readers (`distppo
         iterations.parquet          every checkpointed iteration row of every trial
         runs/<trial_id>/<iteration>/  a trial's run folder at a trainer checkpoint; complete
                                       once its trial.json exists (written last)
+        faults/<trial_id>/          the faults the trial survived, one file each
+                                    (telemetry/faultlog.py): never rolled back with a copy
         <trial_id>/                 Tune's trial folder (results, error.txt, pointer checkpoints)
         tuner.pkl, experiment_state-*.json, ...   Tune's experiment state
 """
@@ -26,6 +28,7 @@ TRIALS_FILE = "trials.parquet"
 ITERATIONS_FILE = "iterations.parquet"
 TUNER_STATE = "tuner.pkl"  # Tune's marker of a restorable experiment (Tuner.can_restore)
 RUNS = "runs"
+FAULTS = "faults"
 TRIAL_JSON = "trial.json"  # sweep bookkeeping of one run copy; its presence marks it complete
 POINTER_JSON = "run_copy.json"  # the content of a trial's Tune checkpoints
 KEEP_COPIES = 2  # run copies kept per trial

@@ -37,8 +37,11 @@ class TrialFiles:
         self.status = status or (STATUS.get(trial.status, trial.status.lower()) if trial
                                  else "pending")
         failures = trial.num_failures if trial else 0
-        # The failure that ended a failed trial was not followed by a restart.
-        self.restarts = max(failures - 1, 0) if self.status == "failed" else failures
+        # The failure that ended a failed trial was not followed by a restart. The fault log
+        # also has the restarts whose record in Tune's state a killed driver took with it.
+        tune_restarts = max(failures - 1, 0) if self.status == "failed" else failures
+        self.restarts = max(tune_restarts,
+                            storage.fault_log(self.trial_id).counts()["trial_restarts"])
         self.storage, self._latest = storage, False
 
     @property

@@ -28,8 +28,9 @@ import pyarrow.parquet as pq
 from distppo.config import SweepConfig
 from distppo.distributed.resources import trial_bundles
 from distppo.errors import ConfigError, UserError
-from distppo.sweep.layout import RUNS, SWEEP_JSON, TRIAL_JSON, filesystem, first_line
+from distppo.sweep.layout import FAULTS, RUNS, SWEEP_JSON, TRIAL_JSON, filesystem, first_line
 from distppo.sweep.schedule import lpt_makespan
+from distppo.telemetry.faultlog import FaultLog
 from distppo.telemetry.parquet import TAIL_SUFFIX
 from distppo.telemetry.schema import METRICS_FILENAME, validate_row
 
@@ -62,7 +63,7 @@ class TrialStatus:
     sps: Optional[float]         # over the last RECENT_ROWS rows
     sps_mean: Optional[float]    # global_step / wall_clock_s of the last row
     restarts: int                # runner_restarts of the last row
-    trial_restarts: int          # Tune's restarts of the trial after a crash
+    trial_restarts: int          # restarts of the trial after a crash (fault log, Tune)
     node: str
     wall_clock_s: float          # trial time so far, including start-up and earlier attempts
     eta_s: Optional[float]
@@ -146,7 +147,8 @@ def _trial(fs, root: str, cfg: SweepConfig, point: tuple, tune: dict, alive: boo
         iteration=int(last.get("iteration", 0)), num_iterations=tcfg.num_iterations,
         global_step=step, total_timesteps=total, sps=sps, sps_mean=_num(last.get("sps")),
         restarts=int(last.get("runner_restarts", 0) or 0),
-        trial_restarts=int(tune.get("num_failures", 0)),
+        trial_restarts=max(int(tune.get("num_failures", 0)), FaultLog(
+            fs, posixpath.join(root, FAULTS, tid)).counts()["trial_restarts"]),
         node=record.get("node") or last.get("hostname") or "-", wall_clock_s=wall, eta_s=eta)
 
 

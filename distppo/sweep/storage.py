@@ -19,7 +19,16 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from distppo.errors import UserError
-from distppo.sweep.layout import KEEP_COPIES, RUNS, TRIAL_JSON, absolute, filesystem, first_line
+from distppo.sweep.layout import (
+    FAULTS,
+    KEEP_COPIES,
+    RUNS,
+    TRIAL_JSON,
+    absolute,
+    filesystem,
+    first_line,
+)
+from distppo.telemetry.faultlog import FaultLog
 from distppo.telemetry.files import is_debris
 
 
@@ -91,6 +100,10 @@ class SweepStorage:
                 rows += table.num_rows
         self.fs.move(tmp, self.join(name))
         return rows
+
+    def fault_log(self, trial_id: str) -> FaultLog:
+        """The faults trial_id survived, over all its attempts and the driver's resumes."""
+        return FaultLog(self.fs, self.join(FAULTS, trial_id))
 
     # -- run copies ----------------------------------------------------------------------------
     def run_copies(self, trial_id: str) -> list[str]:

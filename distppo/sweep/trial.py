@@ -59,7 +59,7 @@ def run_trial(config: dict, sweep: SweepConfig) -> None:
     reporter = _Reporter(cfg, storage, run_dir, record, started)
     train(cfg.replace(output_dir=workdir), reporter.backend_factory,
           resume=run_dir if latest else None, progress=False,
-          on_iteration=reporter.on_iteration)
+          on_iteration=reporter.on_iteration, fault_log=storage.fault_log(cfg.run_name))
 
 
 def _download_newest_readable(storage: SweepStorage, trial: str,

@@ -94,10 +94,12 @@ COLUMNS: tuple[Column, ...] = (
            "weight versions between sampling and learning; 0 by default"),
     Column("runner_restarts", _I, "-",
            "env-runner restarts of the run so far, whenever the runner died (counted by Ray); "
-           "cumulative over resumes and learner recoveries"),
+           "cumulative over resumes, learner recoveries and trial restarts (the run's fault "
+           "log)"),
     Column("learner_recoveries", _I, "-",
            "times a learner died and every learner was replaced and restored from the last "
-           "checkpoint (the run rewound to it); cumulative over resumes"),
+           "checkpoint (the run rewound to it), or died while starting and was started again; "
+           "cumulative over resumes and trial restarts (the run's fault log)"),
     Column("runner_env_s_mean", _F, "s",
            "env stepping seconds per runner this iteration, mean over runners"),
     Column("runner_env_s_max", _F, "s",
@@ -225,7 +227,8 @@ TRIAL_COLUMNS: tuple[Column, ...] = (
     Column("episodes", _I, "games", "games finished over the whole run"),
     Column("restarts", _I, "-",
            "times the trial restarted after a crash (Tune's FailureConfig, or --resume of a "
-           "failed trial); a killed driver's sweep resumed with --resume does not count"),
+           "failed trial), each logged as it happens (the sweep's fault log); a killed "
+           "driver's sweep resumed with --resume does not count"),
     Column("node", _S, "-", "hostname of the node that ran the trial's last attempt"),
     Column("gpu_name", _S, "-", "CUDA device name of the learner; empty on CPU"),
     Column("versions", _S, "-", "JSON object: python, torch, ray, ale-py, envpool, ... versions"),

@@ -12,6 +12,10 @@ that returns its input.
 - DISTPPO_FAULT_SIGKILL=POINT@N: the training process SIGKILLs itself at the named point of
   iteration N (`kill_point` calls in core/loop.py, e.g. `after_checkpoint@4`): a real kill at
   an exact moment that a kill from outside could only hit by luck.
+- DISTPPO_FAULT_SIGKILL_ONCE=DIR:POINT[,POINT...]: the first process (of any run or actor)
+  that reaches a named `kill_once` point SIGKILLs itself there; a marker file DIR/POINT,
+  created exclusively, makes it the only one (e.g. `runner_init`: one env runner dies in its
+  constructor, and Ray's restart of it goes on).
 - DISTPPO_FAULT_DISK_FULL=GLOB: every atomic write (telemetry/files.py) of a file whose name
   matches GLOB fails with ENOSPC after part of it was written, as on a full disk.
 """
@@ -27,6 +31,7 @@ PREFIX = "DISTPPO_FAULT_"
 ENV_STEP = PREFIX + "ENV_STEP"
 ITERATION = PREFIX + "ITERATION"
 SIGKILL = PREFIX + "SIGKILL"
+SIGKILL_ONCE = PREFIX + "SIGKILL_ONCE"
 DISK_FULL = PREFIX + "DISK_FULL"
 
 
@@ -74,6 +79,22 @@ def kill_point(point: str, iteration: int) -> None:
     """SIGKILL this process here when DISTPPO_FAULT_SIGKILL is `<point>@<iteration>`."""
     if os.environ.get(SIGKILL) == f"{point}@{iteration}":
         os.kill(os.getpid(), signal.SIGKILL)
+
+
+def kill_once(point: str) -> None:
+    """SIGKILL this process at `point` if DISTPPO_FAULT_SIGKILL_ONCE names it and no process
+    did so before (the marker file is created exclusively)."""
+    spec = os.environ.get(SIGKILL_ONCE)
+    if not spec:
+        return
+    folder, _, points = spec.rpartition(":")
+    if point not in points.split(","):
+        return
+    try:
+        os.close(os.open(os.path.join(folder, point), os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    except FileExistsError:
+        return
+    os.kill(os.getpid(), signal.SIGKILL)
 
 
 def check_disk(path: str) -> None:

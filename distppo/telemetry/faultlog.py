@@ -1,0 +1,62 @@
+"""The faults a run survived, each recorded the moment it is counted, where no roll-back reaches.
+
+A run's fault counters (`runner_restarts`, `learner_recoveries`; a sweep trial's `restarts`)
+are cumulative over all its attempts. The rows and checkpoints that carry them can be rolled
+back: a sweep trial restarts from its last run copy, a resumed run from its last checkpoint,
+and before this log the counts of faults after that point went back with the rows (the chaos
+soak counted 13 of 19 runner kills). So each counted fault is also one small file in a folder
+that nothing rolls back, and an attempt starts its counters from those files.
+
+    <folder>/<kind>.<n>.<time_ns>.<pid>.<random>.json    {"kind", "n", "detail", "time"}
+
+One file per fault because an object store cannot append; the count is in the name, so a
+listing is enough and a file cut short by a kill still counts. Folders: `<run>/faults/` for a
+run (core/runfolder.py), `<sweep>/faults/<trial_id>/` for a sweep trial (sweep/layout.py),
+outside the run copies that a restarted trial rolls back to.
+"""
+from __future__ import annotations
+
+import json
+import os
+import posixpath
+import secrets
+import time
+from collections import Counter
+
+import pyarrow.fs as pafs
+
+# The counters a log holds, named as the Parquet columns (telemetry/schema.py) they feed.
+KINDS = ("runner_restarts", "learner_recoveries", "trial_restarts")
+
+
+class FaultLog:
+    """Counted faults of one run (or sweep trial) in `folder` of a pyarrow file system."""
+
+    def __init__(self, fs: pafs.FileSystem, folder: str) -> None:
+        self.fs, self.folder = fs, folder
+
+    @classmethod
+    def local(cls, folder: str) -> "FaultLog":
+        return cls(pafs.LocalFileSystem(), os.path.abspath(folder))
+
+    def counts(self) -> Counter:
+        """{kind: faults counted so far}, over every attempt that wrote here."""
+        selector = pafs.FileSelector(self.folder, allow_not_found=True)
+        counts: Counter = Counter()
+        for info in self.fs.get_file_info(selector):
+            parts = info.base_name.split(".")
+            if info.type == pafs.FileType.File and len(parts) == 6 and parts[0] in KINDS:
+                counts[parts[0]] += int(parts[1])
+        return counts
+
+    def add(self, kind: str, n: int = 1, detail: str = "") -> None:
+        """Record `n` faults of `kind` now (before the row that shows them is written)."""
+        if kind not in KINDS:
+            raise ValueError(f"unknown fault kind {kind!r}; one of {KINDS}")
+        if n <= 0:
+            return
+        name = f"{kind}.{n}.{time.time_ns()}.{os.getpid()}.{secrets.token_hex(3)}.json"
+        self.fs.create_dir(self.folder, recursive=True)
+        with self.fs.open_output_stream(posixpath.join(self.folder, name)) as f:
+            f.write(json.dumps({"kind": kind, "n": n, "detail": detail,
+                                "time": time.time()}).encode())
