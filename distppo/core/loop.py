@@ -107,8 +107,7 @@ def _start(run: Prepared, backend_factory: BackendFactory, progress: bool,
         close_all(trackers, ok=False)
         raise
     try:
-        loop = Loop(cfg, paths, backend, state, progress, trackers,
-                    fault_log or FaultLog.local(paths.faults))
+        loop = Loop(cfg, paths, backend, state, progress, trackers, fault_log)
     except BaseException:
         backend.close()
         close_all(trackers, ok=False)

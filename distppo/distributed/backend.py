@@ -94,7 +94,9 @@ class RayBackend:
                 except RayActorError as exc:
                     if exc.actor_init_failed:  # name the cause, not Ray's dump
                         lines = [line for line in str(exc).splitlines() if "EnvError:" in line]
-                        cause = lines[-1].split("EnvError: ", 1)[1] if lines else str(exc)
+                        cause = lines[-1].split("EnvError: ", 1)[1] if lines else (
+                            f"env runner {i} could not start: see its log in the Ray session "
+                            "folder")
                         raise RunnerFailure(cause) from None
                     self._wait_until_alive(i)
                     refs[i] = getattr(self.runners[i], method).remote()
