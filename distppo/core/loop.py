@@ -151,6 +151,7 @@ class Loop:
         logged = self.fault_log.counts()
         self.counted = {k: max(logged[k], self._so_far(k, state)) for k in COUNTERS}
         self.backend_seen = dict.fromkeys(COUNTERS, 0)  # the backend's counts already logged
+        self.count_backend_faults()  # actors killed while the backend started: logged now
         self.recoveries = 0  # learner recoveries of this process (MAX_LEARNER_RECOVERIES)
         self.rows_written = 0
         if state is not None:

@@ -60,6 +60,7 @@ class RayBackend:
         self.timings = {"t_transfer_s": 0.0, "t_wait_s": 0.0}
         # Wait until every actor is up: like CleanRL's SPS timer, ours starts after construction.
         self._info = self._describe()
+        self.runner_restarts = self._count_restarts()  # runners killed while starting
 
     def _describe(self) -> BackendInfo:
         runner_nodes = self._ask_runners("node_id")
