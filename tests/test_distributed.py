@@ -72,8 +72,8 @@ def _kill_during_run(tmp_path, name, pick_pid, **flat):
     from distppo.distributed.backend import RayBackend
     holder = {}
 
-    def factory(cfg, video_dir):
-        holder["backend"] = RayBackend(cfg, video_dir)
+    def factory(cfg, video_dir, on_fault):
+        holder["backend"] = RayBackend(cfg, video_dir, on_fault)
         return holder["backend"]
 
     killed = []
@@ -147,8 +147,8 @@ def test_runner_killed_between_calls_is_counted_and_gets_fresh_seeds(ray_cluster
     from distppo.distributed.backend import RayBackend
     holder, seen = {}, {}
 
-    def factory(cfg, video_dir):
-        holder["backend"] = RayBackend(cfg, video_dir)
+    def factory(cfg, video_dir, on_fault):
+        holder["backend"] = RayBackend(cfg, video_dir, on_fault)
         return holder["backend"]
 
     def on_iteration(row, ckpt):

@@ -119,6 +119,16 @@ def test_fault_log_counts_and_a_resume_starts_from_it(tmp_path):
     assert df["learner_recoveries"].tolist() == [0, 0, 1, 1]
 
 
+def test_fault_counter_that_cannot_log_says_so_and_still_counts(tmp_path, capsys):
+    from distppo.telemetry.faultlog import FaultCounter, FaultLog
+    (tmp_path / "faults").write_text("a file where the log's folder should be")
+    counter = FaultCounter(FaultLog.local(str(tmp_path / "faults")))
+    counter("runner_restarts", 2, "two runners restarted")
+    assert counter.new == {"runner_restarts": 2}
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and "2 runner_restarts not written to the fault log" in lines[0]
+
+
 # --- what --resume may change (item 7) --------------------------------------------------------
 
 def test_resume_refuses_a_changed_flag_and_extends_total_timesteps(tmp_path):

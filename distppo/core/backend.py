@@ -14,6 +14,7 @@ from distppo.config import TrainConfig
 from distppo.core.rollout import RolloutBatch, RolloutMeta
 from distppo.core.sampler import make_sampler
 from distppo.core.update import PPOLearner
+from distppo.telemetry.faultlog import OnFault
 
 
 @dataclass(frozen=True)
@@ -45,8 +46,9 @@ class BackendInfo:
 
 class Backend(Protocol):
     """The seams the loop uses; nothing else of a backend is reached into."""
-    runner_restarts: int   # env-runner restarts since the backend started
-    learner_restarts: int  # learner processes that died while starting and were started again
+    # Faults a backend survives (a runner Ray restarted, a learner process that died while
+    # starting) go to the on_fault(kind, n, detail) it was created with, the moment it counts
+    # them (telemetry/faultlog.py).
     timings: dict          # t_transfer_s, t_wait_s of the latest iteration
 
     def describe(self) -> BackendInfo: ...
@@ -74,12 +76,12 @@ class LocalBackend:
     here gives the same numbers (policy lag 1) as on Ray, only without the concurrency.
     """
 
-    def __init__(self, cfg: TrainConfig, video_dir: Optional[str] = None):
+    def __init__(self, cfg: TrainConfig, video_dir: Optional[str] = None,
+                 on_fault: Optional[OnFault] = None):
         self.samplers = [make_sampler(cfg, r, video_dir)
                          for r in range(cfg.runner.num_env_runners)]
         env = self.samplers[0].env
         self.learner = PPOLearner(cfg, tuple(env.obs_shape), env.num_actions, cfg.seed)
-        self.runner_restarts = self.learner_restarts = 0  # nothing restarts in one process
         self.timings = {"t_transfer_s": 0.0, "t_wait_s": 0.0}
 
     def describe(self) -> BackendInfo:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional, Sequence
@@ -30,7 +31,7 @@ from distppo.core.runfolder import Prepared, RunPaths, claim, discard, prepare_r
 from distppo.core.seeds import seed_everything
 from distppo.core.threads import cores, local_threads
 from distppo.errors import LearnerFailure, StorageError
-from distppo.telemetry.faultlog import FaultLog
+from distppo.telemetry.faultlog import FaultCounter, FaultLog, OnFault
 from distppo.telemetry.files import storage_errors
 from distppo.telemetry.parquet import ParquetSink
 from distppo.telemetry.progress import Progress
@@ -41,7 +42,7 @@ from distppo.telemetry.tensorboard import TB_SCALARS, TensorBoardWriter
 from distppo.telemetry.trackers import Tracker, close_all, make_trackers
 from distppo.testing import faults
 
-BackendFactory = Callable[[TrainConfig, Optional[str]], Backend]
+BackendFactory = Callable[[TrainConfig, Optional[str], OnFault], Backend]
 OnIteration = Callable[[dict, Optional[str]], None]
 MAX_LEARNER_RECOVERIES = 3
 COUNTERS = ("runner_restarts", "learner_recoveries")  # fault counters of a run (faultlog.py)
@@ -101,13 +102,16 @@ def _start(run: Prepared, backend_factory: BackendFactory, progress: bool,
     # Trackers first: a W&B or MLflow error stops the run before any env or actor exists
     # (train() then removes the new run's folder).
     trackers = make_trackers(cfg, paths.run_dir, paths.run_id)
+    log = fault_log or FaultLog.local(paths.faults)
+    logged = log.counts()  # by earlier attempts; this one's go to the counter as they happen
+    counter = FaultCounter(log)
     try:
-        backend = backend_factory(cfg, paths.videos if cfg.env.capture_video else None)
+        backend = backend_factory(cfg, paths.videos if cfg.env.capture_video else None, counter)
     except BaseException:
         close_all(trackers, ok=False)
         raise
     try:
-        loop = Loop(cfg, paths, backend, state, progress, trackers, fault_log)
+        loop = Loop(cfg, paths, backend, state, progress, trackers, counter, logged)
     except BaseException:
         backend.close()
         close_all(trackers, ok=False)
@@ -132,8 +136,8 @@ class Loop:
     """The state of one run's iteration loop: counters, writers, the rollout in flight."""
 
     def __init__(self, cfg: TrainConfig, paths: RunPaths, backend: Backend,
-                 state: Optional[dict], progress: bool, trackers: Sequence[Tracker] = (),
-                 fault_log: Optional[FaultLog] = None):
+                 state: Optional[dict], progress: bool, trackers: Sequence[Tracker],
+                 counter: FaultCounter, logged: Counter):
         self.cfg, self.paths, self.backend = cfg, paths, backend
         self.info: BackendInfo = backend.describe()
         if progress:
@@ -145,13 +149,11 @@ class Loop:
         self.tracker = EpisodeTracker()
         self.reference = ReferenceReturns(cfg.env.num_envs)
         self.iteration, self.global_step, elapsed_before = 0, 0, 0.0
-        # Each fault counter of the run over all its attempts: the fault log, or for a run
-        # from before it, the rows a crashed attempt wrote past its checkpoint.
-        self.fault_log = fault_log or FaultLog.local(paths.faults)
-        logged = self.fault_log.counts()
-        self.counted = {k: max(logged[k], self._so_far(k, state)) for k in COUNTERS}
-        self.backend_seen = dict.fromkeys(COUNTERS, 0)  # the backend's counts already logged
-        self.count_backend_faults()  # actors killed while the backend started: logged now
+        # Each fault counter of the run before this process: the fault log, or for a run from
+        # before it, the rows a crashed attempt wrote past its checkpoint. This process's
+        # faults are counted (and logged) by `counter`, from the backend and from recover().
+        self.counter = counter
+        self.before = {k: max(logged[k], self._so_far(k, state)) for k in COUNTERS}
         self.recoveries = 0  # learner recoveries of this process (MAX_LEARNER_RECOVERIES)
         self.rows_written = 0
         if state is not None:
@@ -180,25 +182,9 @@ class Loop:
             except LearnerFailure as exc:  # also while checkpointing: its row is rewritten after
                 self.recover(exc)
 
-    def count(self, kind: str, n: int, detail: str = "") -> None:
-        """n more faults of `kind`, logged before any row shows them. A log that cannot be
-        written is one line: the run goes on and its rows still count the fault."""
-        self.counted[kind] += n
-        try:
-            self.fault_log.add(kind, n, detail)
-        except OSError as exc:
-            print(f"distppo: {n} {kind} not written to the fault log {self.fault_log.folder} "
-                  f"({type(exc).__name__}: {exc}); the rows count it", file=sys.stderr,
-                  flush=True)
-
-    def count_backend_faults(self) -> None:
-        """The faults the backend survived since the last look: runners Ray restarted, learner
-        processes that died while starting and were started again."""
-        for kind, now in (("runner_restarts", self.backend.runner_restarts),
-                          ("learner_recoveries", self.backend.learner_restarts)):
-            if now > self.backend_seen[kind]:
-                self.count(kind, now - self.backend_seen[kind], "counted by the backend")
-            self.backend_seen[kind] = now
+    def counted(self, kind: str) -> int:
+        """A fault counter of the run so far, over all its attempts."""
+        return self.before[kind] + self.counter.new[kind]
 
     def _so_far(self, counter: str, state: Optional[dict]) -> int:
         """A fault counter of this run before this process: the rows a crashed attempt wrote
@@ -257,12 +243,11 @@ class Loop:
         self.timer.add("infer", max(m.t_infer_s for m in metas))
         for name in ("wait", "transfer"):
             self.timer.add(name, self.backend.timings.get(f"t_{name}_s", 0.0))
-        self.count_backend_faults()
         row = iteration_row(cfg, self.paths.run_id, self.info, metas, stats,
                             self.timer.as_columns(), iteration, self.global_step, wall,
                             policy_lag=iteration - 1 - version,
-                            runner_restarts=self.counted["runner_restarts"],
-                            learner_recoveries=self.counted["learner_recoveries"])
+                            runner_restarts=self.counted("runner_restarts"),
+                            learner_recoveries=self.counted("learner_recoveries"))
         row.update(episode_columns)
         due = iteration % cfg.checkpoint_every == 0 or iteration == cfg.num_iterations
         flush = due or self.sink.seconds_since_flush() > FLUSH_EVERY_S
@@ -310,14 +295,13 @@ class Loop:
         self.recoveries += 1
         if self.recoveries > MAX_LEARNER_RECOVERIES:
             raise LearnerFailure(f"learners died {self.recoveries} times; giving up")
-        self.count("learner_recoveries", 1, str(cause))
+        self.counter("learner_recoveries", 1, str(cause))
         path = latest_checkpoint(self.paths.run_dir)
         state = load_checkpoint(path)
         print(f"distppo: {cause} at iteration {self.iteration}; every learner replaced and "
               f"restored from {Path(path).name} (iteration {state['iteration']})",
               file=sys.stderr, flush=True)
         self.backend.recover_learners(state["learner"])
-        self.count_backend_faults()
         self.restore(state)
         self.pending = None  # a rollout in flight was sampled with weights we just discarded
         self.tb.close()  # a new event file that purges the rewound steps, as after a resume
@@ -331,8 +315,8 @@ class Loop:
         return {"learner": self.backend.learner_state(), "iteration": self.iteration,
                 "global_step": self.global_step, "wall_clock_s": wall, "rng": rng_state(),
                 "episodes": self.tracker.state_dict(),
-                "runner_restarts": self.counted["runner_restarts"],
-                "learner_recoveries": self.counted["learner_recoveries"],
+                "runner_restarts": self.counted("runner_restarts"),
+                "learner_recoveries": self.counted("learner_recoveries"),
                 "reference_returns": self.reference.state_dict()}
 
     def restore(self, state: dict) -> float:

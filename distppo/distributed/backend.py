@@ -30,6 +30,7 @@ from distppo.distributed.resources import (
 )
 from distppo.distributed.runners import RemoteEnvRunner, num_restarts
 from distppo.errors import LearnerFailure, RunnerFailure, UserError
+from distppo.telemetry.faultlog import OnFault, ignore_fault
 
 CALL_TIMEOUT_S = 900.0  # no rollout or update of a sane config takes this long: fail loudly
 RESTART_TIMEOUT_S = 120.0  # a restarted runner that is not back by then is not coming back
@@ -37,7 +38,8 @@ LEARNER_START_TRIES = 5  # learner processes killed while starting, in a row, be
 
 
 class RayBackend:
-    def __init__(self, cfg: TrainConfig, video_dir: str | None = None):
+    def __init__(self, cfg: TrainConfig, video_dir: str | None = None,
+                 on_fault: OnFault | None = None):
         connect(min_cpus=required_resources(cfg)["CPU"])
         cfg = resolve_gpus(cfg, ray.cluster_resources().get("GPU", 0.0))  # --learner-gpus auto
         check_cluster_has(required_resources(cfg))
@@ -52,15 +54,15 @@ class RayBackend:
                                     ).remote(cfg, i, video_dir, self.threads.runner)
             for i in range(r.num_env_runners)
         ]
+        self.on_fault = on_fault or ignore_fault  # told of each fault as it is counted
         self.runner_restarts = 0  # env-runner restarts since this backend started
-        self.learner_restarts = 0  # learner processes that died while starting, started again
         self.obs_shape, self.num_actions = self._ask_runners("env_spec", only=0)[0]
         self.runner_ids = self._ask_runners("actor_id")
         self.learners = self._make_learners()
         self.timings = {"t_transfer_s": 0.0, "t_wait_s": 0.0}
         # Wait until every actor is up: like CleanRL's SPS timer, ours starts after construction.
         self._info = self._describe()
-        self.runner_restarts = self._count_restarts()  # runners killed while starting
+        self._note_restarts()  # runners killed while starting
 
     def _describe(self) -> BackendInfo:
         runner_nodes = self._ask_runners("node_id")
@@ -100,6 +102,7 @@ class RayBackend:
                             "folder")
                         raise RunnerFailure(cause) from None
                     self._wait_until_alive(i)
+                    self._note_restarts()
                     refs[i] = getattr(self.runners[i], method).remote()
                 except GetTimeoutError:
                     raise RunnerFailure(f"env runner {i} did not answer within "
@@ -110,7 +113,7 @@ class RayBackend:
 
     def _make_learners(self) -> list:
         """Start the learners (and their process group). A learner process killed while they
-        start makes all of them start again (counted in learner_restarts); a constructor that
+        start makes all of them start again (a learner recovery for on_fault); a constructor that
         raised is one line, a user error as the user's."""
         for _ in range(LEARNER_START_TRIES):
             learners = self._start_learners()
@@ -122,7 +125,8 @@ class RayBackend:
                 for learner in learners:
                     ray.kill(learner)
                 if not exc.actor_init_failed:  # its process died: start them again
-                    self.learner_restarts += 1
+                    self.on_fault("learner_recoveries", 1,
+                                  "a learner process died while starting; started again")
                     continue
                 for runner in self.runners:
                     ray.kill(runner)
@@ -167,7 +171,7 @@ class RayBackend:
         start, refs, weights, version = handle
         pairs = [self._collect(i, pair, weights, version) for i, pair in enumerate(refs)]
         metas = [meta for meta, _ in pairs]
-        self.runner_restarts = self._count_restarts()
+        self._note_restarts()
         busy = max(m.t_env_s + m.t_infer_s for m in metas)
         self.timings["t_wait_s"] = max(time.perf_counter() - start - busy, 0.0)
         return metas, [(ref, meta.num_envs) for meta, ref in pairs]
@@ -195,6 +199,14 @@ class RayBackend:
         return RunnerFailure(f"env runner {i} ({self.cfg.env.env_id}) died more than "
                              f"{self.cfg.runner.runner_max_restarts} times: see its log in the "
                              "Ray session folder")
+
+    def _note_restarts(self) -> None:
+        """Runner restarts since the last look go to on_fault, now."""
+        total = self._count_restarts()
+        if total > self.runner_restarts:
+            self.on_fault("runner_restarts", total - self.runner_restarts,
+                          "env runner(s) restarted by Ray")
+            self.runner_restarts = total
 
     def _count_restarts(self) -> int:
         """Restarts of all runners so far; a GCS that does not answer keeps the last count

@@ -5,11 +5,13 @@ from typing import Optional
 
 from distppo.config import TrainConfig
 from distppo.core.backend import Backend, LocalBackend
+from distppo.telemetry.faultlog import OnFault
 
 
-def make_backend(cfg: TrainConfig, video_dir: Optional[str] = None) -> Backend:
+def make_backend(cfg: TrainConfig, video_dir: Optional[str] = None,
+                 on_fault: Optional[OnFault] = None) -> Backend:
     """LocalBackend with `local` (Ray is not even imported), else RayBackend."""
     if cfg.local:
-        return LocalBackend(cfg, video_dir)
+        return LocalBackend(cfg, video_dir, on_fault)
     from distppo.distributed.backend import RayBackend
-    return RayBackend(cfg, video_dir)
+    return RayBackend(cfg, video_dir, on_fault)

@@ -32,6 +32,7 @@ from distppo.distributed.factory import make_backend
 from distppo.errors import UserError
 from distppo.sweep.layout import POINTER_JSON
 from distppo.sweep.storage import SweepStorage
+from distppo.telemetry.faultlog import OnFault
 
 
 def run_trial(config: dict, sweep: SweepConfig) -> None:
@@ -95,8 +96,9 @@ class _Reporter:
         self.started, self.prior_elapsed = started, record["elapsed_s"]
         self.backend = None
 
-    def backend_factory(self, run_cfg: TrainConfig, video_dir: Optional[str]):
-        self.backend = make_backend(run_cfg, video_dir)
+    def backend_factory(self, run_cfg: TrainConfig, video_dir: Optional[str],
+                        on_fault: Optional[OnFault] = None):
+        self.backend = make_backend(run_cfg, video_dir, on_fault)
         return self.backend
 
     def on_iteration(self, row: dict, ckpt_path: Optional[str]) -> None:

@@ -20,13 +20,20 @@ import json
 import os
 import posixpath
 import secrets
+import sys
 import time
 from collections import Counter
+from typing import Callable
 
 import pyarrow.fs as pafs
 
 # The counters a log holds, named as the Parquet columns (telemetry/schema.py) they feed.
 KINDS = ("runner_restarts", "learner_recoveries", "trial_restarts")
+OnFault = Callable[[str, int, str], None]  # (kind, n, detail): FaultCounter, or a no-op
+
+
+def ignore_fault(kind: str, n: int = 1, detail: str = "") -> None:
+    """The on_fault of a backend used on its own (tests, bench): nothing is logged."""
 
 
 class FaultLog:
@@ -60,3 +67,23 @@ class FaultLog:
         with self.fs.open_output_stream(posixpath.join(self.folder, name)) as f:
             f.write(json.dumps({"kind": kind, "n": n, "detail": detail,
                                 "time": time.time()}).encode())
+
+
+class FaultCounter:
+    """What a backend and the loop call the moment they count a fault: `counter(kind, n,
+    detail)` logs it and adds it to `new`, the faults this process counted. A log that cannot
+    be written is one line; the run goes on and its rows still count the fault."""
+
+    def __init__(self, log: FaultLog) -> None:
+        self.log, self.new = log, Counter()
+
+    def __call__(self, kind: str, n: int = 1, detail: str = "") -> None:
+        if n <= 0:
+            return
+        self.new[kind] += n
+        try:
+            self.log.add(kind, n, detail)
+        except OSError as exc:
+            print(f"distppo: {n} {kind} not written to the fault log {self.log.folder} "
+                  f"({type(exc).__name__}: {exc}); the rows count it", file=sys.stderr,
+                  flush=True)
