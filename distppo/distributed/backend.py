@@ -187,8 +187,10 @@ class RayBackend:
                     raise LearnerFailure(f"env runner {i} lost its weights: "
                                          f"{type(exc.cause).__name__}") from None
                 raise RunnerFailure(str(exc.cause)) from None  # the env raised: no retry helps
-            except RayActorError:  # counted by _count_restarts, like any other restart
+            except RayActorError:  # counted from the actor table, like any other restart
+                self._note_restarts()  # now: Ray counts a restart as it begins one
                 self._wait_until_alive(i)
+                self._note_restarts()
                 pair = self._submit(i, weights, version)
             except GetTimeoutError:
                 raise RunnerFailure(f"env runner {i} did not answer within "
