@@ -101,8 +101,8 @@ class RayBackend:
                             f"env runner {i} could not start: see its log in the Ray session "
                             "folder")
                         raise RunnerFailure(cause) from None
+                    self._note_restarts()  # now: Ray counts a restart as it begins one
                     self._wait_until_alive(i)
-                    self._note_restarts()
                     refs[i] = getattr(self.runners[i], method).remote()
                 except GetTimeoutError:
                     raise RunnerFailure(f"env runner {i} did not answer within "
@@ -190,7 +190,6 @@ class RayBackend:
             except RayActorError:  # counted from the actor table, like any other restart
                 self._note_restarts()  # now: Ray counts a restart as it begins one
                 self._wait_until_alive(i)
-                self._note_restarts()
                 pair = self._submit(i, weights, version)
             except GetTimeoutError:
                 raise RunnerFailure(f"env runner {i} did not answer within "
