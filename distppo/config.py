@@ -28,7 +28,8 @@ MAX_SEED = 2**31 - 1
 RESUME_SAFE = ("total_timesteps", "local", "device", "cuda", "num_env_runners", "envs_per_runner",
                "runner_cpus", "num_threads", "runner_max_restarts", "learner_cpus",
                "learner_gpus", "runner_device", "runner_gpus", "capture_video",
-               "checkpoint_every", "keep_checkpoints", "log_every", "channels_last", "compile")
+               "checkpoint_every", "keep_checkpoints", "log_every", "channels_last", "compile",
+               "fused_lstm")
 
 
 @dataclass(frozen=True)
@@ -181,6 +182,10 @@ class LearnerConfig:
     channels_last: bool = True
     """Nature CNN in channels_last memory layout (faster convolutions on CPU and GPU; float
     rounding differs from CleanRL's layout: --no-channels-last for bit-equal numbers)"""
+    fused_lstm: bool = True
+    """PPO-LSTM's update runs the LSTM over each stretch between done steps in one nn.LSTM
+    call (same numbers within float rounding); --no-fused-lstm: one call per time step, as
+    ppo_atari_lstm.py"""
     compile: bool = False
     """torch.compile the learner's model (same numbers within float rounding)"""
     amp: str = "off"

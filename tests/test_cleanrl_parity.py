@@ -172,15 +172,17 @@ def _fixed_batch(agent, obs_shape, num_steps, num_envs, seed):
         lstm_state=None if lstm_state is None else tuple(s.numpy() for s in lstm_state))
 
 
-@pytest.mark.parametrize("algo", ["ppo", "ppo_lstm"])
-def test_update_equals_cleanrl_loop(algo):
+@pytest.mark.parametrize("algo,fused", [("ppo", True), ("ppo_lstm", True), ("ppo_lstm", False)])
+def test_update_equals_cleanrl_loop(algo, fused):
     """One update() on a fixed Atari-shaped batch (iteration 2: the annealed rate) against
-    CleanRL's loop written out above, from the same weights, optimizer and shuffles."""
+    CleanRL's loop written out above, from the same weights, optimizer and shuffles.
+    `fused` False is --no-fused-lstm (the bench's CleanRL mode): CleanRL's step loop, bit
+    for bit."""
     num_steps, num_envs = 16, 4
     obs_shape = (1 if algo == "ppo_lstm" else 4, 84, 84)
     cfg = _cfg(algo, num_envs, num_steps)
     torch.manual_seed(3)
-    agent = (LSTMAgent if algo == "ppo_lstm" else Agent)(obs_shape, 4)
+    agent = LSTMAgent(obs_shape, 4, fused=fused) if algo == "ppo_lstm" else Agent(obs_shape, 4)
     batch = _fixed_batch(agent, obs_shape, num_steps, num_envs, seed=5)
     initial, ref, ours = copy.deepcopy(agent), copy.deepcopy(agent), agent
     opt_ours = torch.optim.Adam(ours.parameters(), lr=cfg.ppo.learning_rate, eps=1e-5)
@@ -189,7 +191,7 @@ def test_update_equals_cleanrl_loop(algo):
     cleanrl_update(ref, opt_ref, batch, cfg.ppo, 2, cfg.num_iterations, np.random.default_rng(7))
     assert stats["learning_rate"] == opt_ref.param_groups[0]["lr"] == 0.75 * 2.5e-4
     for (name, p), q in zip(ours.named_parameters(), ref.parameters()):
-        if algo == "ppo":   # the same operations in the same order: the same bits
+        if algo == "ppo" or not fused:   # the same operations in the same order: the same bits
             assert torch.equal(p, q), name
         else:   # our LSTM runs whole stretches between dones, CleanRL one step at a time
             torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6, msg=name)

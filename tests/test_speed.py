@@ -316,3 +316,20 @@ def test_gradient_all_reduce_takes_channels_last_gradients():
         dist.destroy_process_group()
     for k, p in agent.named_parameters():
         torch.testing.assert_close(p.grad.contiguous(), before[k], rtol=0, atol=0, msg=k)
+
+
+def test_speed_baseline_flags_select_cleanrl_code_paths():
+    """The bench's CleanRL mode turns every speed option off: plain CNN layout, CleanRL's
+    step-by-step LSTM loop, no compile, no amp, one process with threads = cores."""
+    from distppo.bench import speed_variants
+    from distppo.cli.flags import given_flags, normalise_argv
+    from distppo.cli.main import build_parser
+    args = build_parser().parse_args(normalise_argv(["train", *speed_variants(2)["baseline"]]))
+    cfg = TrainConfig().replace(**given_flags(args))
+    assert cfg.local and cfg.runner.num_threads == 2
+    assert (cfg.learner.channels_last, cfg.learner.fused_lstm, cfg.learner.compile,
+            cfg.learner.amp) == (False, False, False, "off")
+    learner_defaults = TrainConfig().learner
+    assert learner_defaults.channels_last and learner_defaults.fused_lstm
+    lstm = make_agent("ppo_lstm", (1, 84, 84), 4, fused_lstm=cfg.learner.fused_lstm)
+    assert not lstm.fused

@@ -48,13 +48,11 @@ def preprocess(x: torch.Tensor, channels_last: bool = False) -> torch.Tensor:
     """uint8 pixels -> float in [0, 1]; float vectors pass through unchanged. channels_last:
     images in the memory layout of a channels_last CNN (same values, NHWC strides), which
     oneDNN and cuDNN convolve faster (issue 10: 123 -> 84 ms per minibatch on 2 CPU cores)."""
+    if channels_last and x.dim() == 4:  # reorder the uint8 pixels (a quarter of the bytes);
+        x = x.contiguous(memory_format=torch.channels_last)  # float() and div keep the layout
     if x.dtype == torch.uint8:
-        x = x.float() / 255.0
-    else:
-        x = x.float()
-    if channels_last and x.dim() == 4:
-        x = x.contiguous(memory_format=torch.channels_last)
-    return x
+        return x.float().div_(255.0)  # in place: one float copy of the batch, not two
+    return x.float()
 
 
 def use_channels_last(module: nn.Module, obs_shape: tuple, on: bool) -> bool:
@@ -115,8 +113,10 @@ class LSTMAgent(nn.Module):
 
     hidden_size = 128
 
-    def __init__(self, obs_shape: tuple, num_actions: int, channels_last: bool = False):
+    def __init__(self, obs_shape: tuple, num_actions: int, channels_last: bool = False,
+                 fused: bool = True):
         super().__init__()
+        self.fused = fused  # False: CleanRL's one LSTM call per time step (get_states_stepwise)
         self.network, width = make_trunk(obs_shape)
         self.lstm = nn.LSTM(width, self.hidden_size)
         for name, param in self.lstm.named_parameters():
@@ -140,8 +140,11 @@ class LSTMAgent(nn.Module):
 
         Fast path: the sequence is cut only at time steps where some env is done; each stretch
         in between is one nn.LSTM call. Equal (outputs and gradients) to stepping one time step
-        at a time, which `get_states_stepwise` keeps as the reference.
+        at a time, which `get_states_stepwise` keeps as the reference (and runs when `fused` is
+        off: --no-fused-lstm).
         """
+        if not self.fused:
+            return self.get_states_stepwise(x, lstm_state, done)
         hidden = self.network(preprocess(x, self.channels_last))
         n = lstm_state[0].shape[1]
         hidden = hidden.reshape((-1, n, self.lstm.input_size))  # [T*N, W] -> [T, N, W]
@@ -186,7 +189,7 @@ class LSTMAgent(nn.Module):
 
 
 def make_agent(algo: str, obs_shape: tuple, num_actions: int,
-               channels_last: bool = False) -> nn.Module:
+               channels_last: bool = False, fused_lstm: bool = True) -> nn.Module:
     if algo == "ppo_lstm":
-        return LSTMAgent(obs_shape, num_actions, channels_last)
+        return LSTMAgent(obs_shape, num_actions, channels_last, fused_lstm)
     return Agent(obs_shape, num_actions, channels_last)

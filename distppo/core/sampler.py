@@ -133,11 +133,13 @@ def make_sampler(cfg: TrainConfig, runner_index: int, video_dir: str | None = No
     after its process died, its incarnation) and a policy copy on --runner-device."""
     seed = env_seed(cfg.seed, runner_index, cfg.runner_num_envs, cfg.runner.num_env_runners,
                     incarnation)
+    # EnvPool's and ale-py's C++ worker threads: as many as this process's torch threads, the
+    # CPUs it owns (resources.py), so with --overlap stepping stays off the learner's cores.
     vec_env = make_vector_env(cfg.env.env_id, cfg.env.backend, cfg.runner_num_envs, seed,
                               frame_stack(cfg.ppo.algo), video_dir if runner_index == 0 else None,
-                              cfg.env.max_episode_steps)
+                              cfg.env.max_episode_steps, num_threads=torch.get_num_threads())
     agent = make_agent(cfg.ppo.algo, tuple(vec_env.obs_shape), vec_env.num_actions,
-                       cfg.learner.channels_last)
+                       cfg.learner.channels_last, cfg.learner.fused_lstm)
     agent.to(torch.device(cfg.runner.runner_device))
     return Sampler(vec_env, agent, cfg.ppo.num_steps, runner_index, seed,
                    exact_resets=cfg.ppo.lstm_exact_resets)

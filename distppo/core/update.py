@@ -185,7 +185,8 @@ class PPOLearner:
                               f"on {self.device}: drop --amp")
         torch.manual_seed(seed)  # same seed on every learner: identical initial weights
         self.agent = make_agent(cfg.ppo.algo, obs_shape, num_actions,
-                                cfg.learner.channels_last).to(self.device)
+                                cfg.learner.channels_last,
+                                cfg.learner.fused_lstm).to(self.device)
         if cfg.learner.compile:
             # the bound method, not the module: state_dict keys stay CleanRL's names
             self.agent.get_action_and_value = torch.compile(self.agent.get_action_and_value)

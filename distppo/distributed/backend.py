@@ -35,6 +35,7 @@ from distppo.telemetry.faultlog import OnFault, ignore_fault
 CALL_TIMEOUT_S = 900.0  # no rollout or update of a sane config takes this long: fail loudly
 RESTART_TIMEOUT_S = 120.0  # a restarted runner that is not back by then is not coming back
 LEARNER_START_TRIES = 5  # learner processes killed while starting, in a row, before giving up
+POLL_S = 1.0  # while waiting on any call, look at the actor table for runner restarts this often
 
 
 class RayBackend:
@@ -56,8 +57,10 @@ class RayBackend:
         ]
         self.on_fault = on_fault or ignore_fault  # told of each fault as it is counted
         self.runner_restarts = 0  # env-runner restarts since this backend started
+        # the handle knows its actor's id before the actor answers: restarts of a runner killed
+        # while it starts are counted while we wait (what its own actor_id() would return)
+        self.runner_ids = [runner._actor_id.hex() for runner in self.runners]
         self.obs_shape, self.num_actions = self._ask_runners("env_spec", only=0)[0]
-        self.runner_ids = self._ask_runners("actor_id")
         self.learners = self._make_learners()
         self.timings = {"t_transfer_s": 0.0, "t_wait_s": 0.0}
         # Wait until every actor is up: like CleanRL's SPS timer, ours starts after construction.
@@ -66,12 +69,11 @@ class RayBackend:
 
     def _describe(self) -> BackendInfo:
         runner_nodes = self._ask_runners("node_id")
-        device, gpu_name, learner_threads = ray.get(self.learners[0].device.remote(),
-                                                    timeout=CALL_TIMEOUT_S)
+        device, gpu_name, learner_threads = self._get(self.learners[0].device.remote())
         runner_threads = self._ask_runners("threads", only=0)[0]
         group = ray.get_runtime_context().get_placement_group_id()
-        theirs = self._ask_runners("placement_group_id") + ray.get(
-            [a.placement_group_id.remote() for a in self.learners], timeout=CALL_TIMEOUT_S)
+        theirs = self._ask_runners("placement_group_id") + self._get(
+            [a.placement_group_id.remote() for a in self.learners])
         return BackendInfo("ray", len(self.runners), len(self.learners), device, gpu_name,
                            runner_nodes=len(set(runner_nodes)),
                            in_placement_group=group is not None and all(t == group for t in theirs),
@@ -92,7 +94,7 @@ class RayBackend:
         for i in indices:
             for _ in range(self.cfg.runner.runner_max_restarts + 1):
                 try:
-                    answers.append(ray.get(refs[i], timeout=CALL_TIMEOUT_S))
+                    answers.append(self._get(refs[i]))
                     break
                 except RayActorError as exc:
                     if exc.actor_init_failed:  # name the cause, not Ray's dump
@@ -118,7 +120,7 @@ class RayBackend:
         for _ in range(LEARNER_START_TRIES):
             learners = self._start_learners()
             try:
-                ray.get([learner.pid.remote() for learner in learners], timeout=CALL_TIMEOUT_S)
+                self._get([learner.pid.remote() for learner in learners])
                 self._group(learners)
                 return learners
             except RayActorError as exc:
@@ -181,7 +183,7 @@ class RayBackend:
         for _ in range(self.cfg.runner.runner_max_restarts + 1):
             meta_ref, batch_ref = pair
             try:
-                return ray.get(meta_ref, timeout=CALL_TIMEOUT_S), batch_ref
+                return self._get(meta_ref), batch_ref
             except RayTaskError as exc:
                 if lost_input(exc):  # learner 0 died (its node removed) with the weights
                     raise LearnerFailure(f"env runner {i} lost its weights: "
@@ -200,6 +202,21 @@ class RayBackend:
         return RunnerFailure(f"env runner {i} ({self.cfg.env.env_id}) died more than "
                              f"{self.cfg.runner.runner_max_restarts} times: see its log in the "
                              "Ray session folder")
+
+    def _get(self, refs, timeout: float = CALL_TIMEOUT_S):
+        """ray.get(refs, timeout), reading the actor table every POLL_S meanwhile: a runner
+        killed while this process waits on something else (a learner's update, another
+        runner) is counted within about a second, not when a call next reaches it; a trial
+        killed in between would otherwise never count it."""
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            try:  # ray.get itself each time: its errors (which failure of several) stay Ray's
+                return ray.get(refs, timeout=max(min(POLL_S, left), 0))
+            except GetTimeoutError:
+                if left <= POLL_S:
+                    raise
+            self._note_restarts()
 
     def _note_restarts(self) -> None:
         """Runner restarts since the last look go to on_fault, now."""
@@ -241,7 +258,7 @@ class RayBackend:
                                       iteration)
                 for k, learner in enumerate(self.learners)]
         try:
-            stats = ray.get(refs, timeout=CALL_TIMEOUT_S)
+            stats = self._get(refs)
         except (RayActorError, GetTimeoutError) as exc:
             raise LearnerFailure(f"a learner failed: {type(exc).__name__}") from None
         except RayTaskError as exc:
@@ -256,13 +273,12 @@ class RayBackend:
 
     def learner_state(self) -> dict:
         try:
-            return ray.get(self.learners[0].state_dict.remote(), timeout=CALL_TIMEOUT_S)
+            return self._get(self.learners[0].state_dict.remote())
         except (RayActorError, GetTimeoutError) as exc:
             raise LearnerFailure(f"learner 0 failed: {type(exc).__name__}") from None
 
     def load_learner_state(self, state: dict) -> None:
-        ray.get([learner.load_state_dict.remote(state) for learner in self.learners],
-                timeout=CALL_TIMEOUT_S)
+        self._get([learner.load_state_dict.remote(state) for learner in self.learners])
 
     def recover_learners(self, state: dict) -> None:
         """Replace every learner (a broken process group cannot be repaired) and restore them."""
@@ -272,10 +288,10 @@ class RayBackend:
         self.load_learner_state(state)
 
     def learner_weights(self) -> list[dict]:
-        return ray.get([learner.get_weights.remote() for learner in self.learners],
-                       timeout=CALL_TIMEOUT_S)
+        return self._get([learner.get_weights.remote() for learner in self.learners])
 
     def close(self) -> None:
+        self._note_restarts()  # a runner killed after its last rollout was still a fault
         for actor in self.runners + self.learners:
             ray.kill(actor)
 

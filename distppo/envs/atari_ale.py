@@ -36,7 +36,7 @@ class AleVecEnv:
     """ale-py's vector env of `num_envs` envs, env i seeded with seed + i (CleanRL's rule)."""
 
     def __init__(self, ale_id: str, num_envs: int, seed: int, frame_stack: int,
-                 max_episode_steps: int | None = 27_000):
+                 max_episode_steps: int | None = 27_000, num_threads: int = 0):
         import ale_py
         import gymnasium as gym
 
@@ -44,6 +44,7 @@ class AleVecEnv:
         # The time limit counts emulator frames (4 per agent step); 0 means none.
         frames = 4 * max_episode_steps if max_episode_steps else 0
         self.env = gym.make_vec(ale_id, num_envs=num_envs, vectorization_mode="vector_entry_point",
+                                num_threads=num_threads,
                                 **{**ALE_OPTIONS, "max_num_frames_per_episode": frames})
         self.num_envs, self.seed = num_envs, seed
         self.obs_shape = (frame_stack, 84, 84)

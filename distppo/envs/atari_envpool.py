@@ -21,7 +21,8 @@ class EnvPoolVecEnv:
     """Synchronous EnvPool (batch_size = num_envs); auto-reset happens on the NEXT step call."""
 
     def __init__(self, v5_id: str, num_envs: int, seed: int, frame_stack: int,
-                 max_episode_steps: int, video: Optional[VideoRecorder] = None):
+                 max_episode_steps: int, video: Optional[VideoRecorder] = None,
+                 num_threads: int = 0):
         import envpool
 
         # EnvPool seeds env i with seed + i itself, which is CleanRL's rule. Its time limit
@@ -29,6 +30,7 @@ class EnvPoolVecEnv:
         self.env = envpool.make(v5_id, env_type="gymnasium", num_envs=num_envs,
                                 episodic_life=True, reward_clip=True, seed=seed,
                                 stack_num=frame_stack, max_episode_steps=max_episode_steps,
+                                num_threads=num_threads,
                                 **({"render_mode": "rgb_array"} if video else {}))
         self.num_envs = num_envs
         self.obs_shape = tuple(self.env.observation_space.shape)   # (k, 84, 84)
