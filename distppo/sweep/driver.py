@@ -181,8 +181,10 @@ def start_sweep(cfg: SweepConfig, force_unlock: bool = False) -> SweepStorage:
             # Tune's status table and trial start/end, not every iteration's result.
             name=cfg.name, storage_path=storage.storage, verbose=1,
             failure_config=tune.FailureConfig(max_failures=cfg.max_failures),
-            # Tune's checkpoints only point at the run copies (sweep_trial.py): keep two.
-            checkpoint_config=tune.CheckpointConfig(num_to_keep=2),
+            # Tune's checkpoints only point at the run copies (sweep/trial.py): a small JSON
+            # each, all kept. With num_to_keep, a driver killed between Tune deleting an old
+            # one and saving its state left a trial whose every restore failed (the soak).
+            checkpoint_config=tune.CheckpointConfig(num_to_keep=None),
             callbacks=[SweepCallback(cfg.storage, cfg.name, cfg), *tracking_callbacks(cfg)]))
     try:
         tuner.fit()

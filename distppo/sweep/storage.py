@@ -1,9 +1,9 @@
 """A sweep's folder on any pyarrow file system, and the trials' run copies in it.
 
 Layout: sweep/layout.py. Trials restore from, and the driver consolidates from, runs/ alone.
-Tune's own record of checkpoints can lag the storage by a state snapshot (seconds) and, with
-num_to_keep, can even name a checkpoint already deleted when the driver is killed; the newest
-complete run copy is always there.
+Tune's own record of checkpoints can lag the storage by a state snapshot (seconds); its
+checkpoints are all kept (driver.py), so the one it names still exists, but the newest complete
+run copy is what a trial restores from.
 """
 from __future__ import annotations
 
