@@ -28,7 +28,7 @@ from distppo.distributed.resources import (
     run_cpus,
     runner_strategy,
 )
-from distppo.distributed.runners import RemoteEnvRunner, num_restarts
+from distppo.distributed.runners import RemoteEnvRunner, job_ended, num_restarts
 from distppo.errors import LearnerFailure, RunnerFailure, UserError
 from distppo.telemetry.faultlog import OnFault, ignore_fault
 
@@ -221,7 +221,7 @@ class RayBackend:
     def _note_restarts(self) -> None:
         """Runner restarts since the last look go to on_fault, now."""
         total = self._count_restarts()
-        if total > self.runner_restarts:
+        if total > self.runner_restarts and not job_ended():  # soak: a driver kill was counted
             self.on_fault("runner_restarts", total - self.runner_restarts,
                           "env runner(s) restarted by Ray")
             self.runner_restarts = total

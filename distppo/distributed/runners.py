@@ -6,6 +6,7 @@ import os
 import ray
 import torch
 from ray._private.state import actors as actor_table
+from ray._private.state import jobs as job_table
 
 from distppo.config import TrainConfig
 from distppo.core.rollout import RolloutBatch, RolloutMeta
@@ -75,6 +76,17 @@ def num_restarts(actor_id: str) -> int:
     between two calls that no caller ever sees fail."""
     info = actor_table(actor_id=actor_id)
     return int(info.get("NumRestarts", 0)) if info else 0
+
+
+def job_ended() -> bool:
+    """Whether Ray has marked this job finished (its driver died). Ray then kills the job's
+    workers, and a runner whose owner has not died yet shows in the actor table as restarted:
+    part of the teardown, not a fault of the run. A GCS that does not answer: False."""
+    job_id = ray.get_runtime_context().get_job_id()
+    try:
+        return any(job["JobID"] == job_id and job["IsDead"] for job in job_table())
+    except Exception:  # noqa: BLE001 - any GCS client error
+        return False
 
 
 RemoteEnvRunner = ray.remote(EnvRunner)
