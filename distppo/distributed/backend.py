@@ -58,7 +58,7 @@ class RayBackend:
         self.on_fault = on_fault or ignore_fault  # told of each fault as it is counted
         self.runner_restarts = 0  # env-runner restarts since this backend started
         # the handle knows its actor's id before the actor answers: restarts of a runner killed
-        # while it starts are counted while we wait (what its own actor_id() would return)
+        # while it starts are counted while we wait
         self.runner_ids = [runner._actor_id.hex() for runner in self.runners]
         self.obs_shape, self.num_actions = self._ask_runners("env_spec", only=0)[0]
         self.learners = self._make_learners()

@@ -56,8 +56,6 @@ class EnvRunner:
     def pid(self) -> int:
         return os.getpid()
 
-    def actor_id(self) -> str:
-        return ray.get_runtime_context().get_actor_id()
 
     def seed(self) -> tuple[int, int]:
         """(incarnation, seed of its first env): which envs this process built."""
