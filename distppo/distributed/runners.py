@@ -56,7 +56,6 @@ class EnvRunner:
     def pid(self) -> int:
         return os.getpid()
 
-
     def seed(self) -> tuple[int, int]:
         """(incarnation, seed of its first env): which envs this process built."""
         return self.incarnation, self.sampler.seed
