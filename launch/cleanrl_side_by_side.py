@@ -90,6 +90,8 @@ def cleanrl_run(script: str, env_id: str, steps: int, workdir: str) -> dict:
         out, err = proc.communicate(timeout=3600)
     finally:
         peak = rss.stop()
+        if proc.poll() is None:  # timed out (or interrupted): leave no script running
+            proc.kill()
     sps = re.findall(r"SPS: (\d+)", out)
     if proc.returncode != 0 or not sps:
         last = (err.strip().splitlines() or ["no output"])[-1]
