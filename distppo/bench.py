@@ -152,7 +152,8 @@ def speed_variants(num_cores: int) -> dict[str, list[str]]:
     threads = cores (torch's default, as CleanRL runs), every speed option off; the others are
     distppo's defaults on each path."""
     return {"baseline": ["--local", "--num-threads", str(num_cores), "--no-channels-last",
-                         "--no-fused-lstm", "--no-compile", "--amp", "off"],
+                         "--no-fused-lstm", "--no-compile", "--amp", "off",
+                         "--omp-spincount", "default"],
             "ray": [], "local": ["--local"], "overlap": ["--overlap"]}
 
 

@@ -29,7 +29,7 @@ RESUME_SAFE = ("total_timesteps", "local", "device", "cuda", "num_env_runners", 
                "runner_cpus", "num_threads", "runner_max_restarts", "learner_cpus",
                "learner_gpus", "runner_device", "runner_gpus", "capture_video",
                "checkpoint_every", "keep_checkpoints", "log_every", "channels_last", "compile",
-               "fused_lstm")
+               "fused_lstm", "omp_spincount")
 
 
 @dataclass(frozen=True)
@@ -131,6 +131,13 @@ class RunnerConfig:
     cores; Ray from the node's CPUs, split between runners and learners with --overlap,
     distributed/resources.py) or a number for every process, capped at the cores it may run on
     (recorded; decides bit-equality)"""
+    omp_spincount: str = "10000"
+    """GNU OpenMP spin count (GOMP_SPINCOUNT) of torch's worker threads in the processes this
+    command starts: how long an idle torch thread busy-waits before it sleeps. 10000: idle
+    threads stop spinning on the cores EnvPool steps on (docs/benchmarks.md); `default`:
+    libgomp's own (300,000, as CleanRL runs). Set before torch loads, by `distppo train` and
+    `distppo sweep` for themselves and the local Ray they start; a GOMP_SPINCOUNT already in the
+    environment wins, and on a cluster joined through RAY_ADDRESS the nodes' environment does"""
     overlap: bool = False
     """runners collect iteration k+1 with weights k while learners update on k (policy lag 1);
     off = CleanRL"""
@@ -145,6 +152,7 @@ class RunnerConfig:
         # "2" from the command line and 2 from an old config.json are the same setting
         if isinstance(self.num_threads, str) and self.num_threads.strip().isdigit():
             object.__setattr__(self, "num_threads", int(self.num_threads))
+        object.__setattr__(self, "omp_spincount", str(self.omp_spincount).strip())
 
     def validate(self) -> None:
         _positive(self, "num_env_runners")
@@ -155,6 +163,9 @@ class RunnerConfig:
                                                and self.num_threads > 0):
             raise ConfigError(f"--num-threads must be auto or a number > 0, got "
                               f"{self.num_threads!r}")
+        if self.omp_spincount != "default" and not self.omp_spincount.isdigit():
+            raise ConfigError(f"--omp-spincount must be default or a number >= 0, got "
+                              f"{self.omp_spincount!r}")
         if self.runner_device not in RUNNER_DEVICES:
             raise ConfigError(f"unknown runner device {self.runner_device!r}: use one of "
                               f"{', '.join(RUNNER_DEVICES)}")

@@ -1,6 +1,10 @@
 """Fast by default (issue 10): threads and GPUs resolved from what a run owns, the channels_last
 and compiled update equal to the plain one, trials shrunk to fit a small node."""
 import json
+import os
+import subprocess
+import sys
+import time
 
 import numpy as np
 import pandas as pd
@@ -333,3 +337,64 @@ def test_speed_baseline_flags_select_cleanrl_code_paths():
     assert learner_defaults.channels_last and learner_defaults.fused_lstm
     lstm = make_agent("ppo_lstm", (1, 84, 84), 4, fused_lstm=cfg.learner.fused_lstm)
     assert not lstm.fused
+
+
+# --- OpenMP spin ------------------------------------------------------------------------------
+
+def test_omp_spincount_parses_and_refuses_bad_values():
+    assert TrainConfig().runner.omp_spincount == "10000"
+    assert TrainConfig().replace(omp_spincount="default").runner.omp_spincount == "default"
+    assert TrainConfig().replace(omp_spincount=0).runner.omp_spincount == "0"
+    for bad in ("lots", "-1", "1e4"):
+        with pytest.raises(ConfigError, match="--omp-spincount"):
+            TrainConfig().replace(omp_spincount=bad).validate()
+    proc = run_cli("train", "--omp-spincount", "lots")
+    assert_one_line_error(proc, "--omp-spincount", "default or a number")
+    assert "libgomp" not in proc.stderr  # refused before it reached GOMP_SPINCOUNT
+
+
+SPIN_PROBE = ("import os, sys; from distppo.core.threads import set_omp_spincount as s; "
+              "sys.argv[1] == 'torch' and __import__('torch'); "
+              "print(s(sys.argv[2]), os.environ.get('GOMP_SPINCOUNT'))")
+
+
+@pytest.mark.parametrize("preset,torch_first,value,expect", [
+    (None, "no", "10000", "True 10000"),       # set for this process and its children
+    (None, "no", "default", "False None"),     # libgomp's own
+    ("5", "no", "10000", "False 5"),           # the user's variable wins
+    (None, "torch", "10000", "False None"),    # too late once torch has loaded: not set
+])
+def test_set_omp_spincount(preset, torch_first, value, expect):
+    env = {k: v for k, v in os.environ.items() if k != "GOMP_SPINCOUNT"}
+    if preset is not None:
+        env["GOMP_SPINCOUNT"] = preset
+    out = subprocess.run([sys.executable, "-c", SPIN_PROBE, torch_first, value], env=env,
+                         capture_output=True, text=True, timeout=120, check=True)
+    assert out.stdout.split("\n")[-2] == expect
+
+
+def test_ray_workers_of_a_train_run_get_the_spincount(tmp_path):
+    """`distppo train` on its own local Ray: the runner and learner processes carry
+    GOMP_SPINCOUNT (they inherit it from the driver, which sets it before torch loads)."""
+    import psutil
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "GOMP_SPINCOUNT")}
+    proc = subprocess.Popen([sys.executable, "-m", "distppo", "train", "--env-id", "CartPole-v1",
+                             "--backend", "gym", "--total-timesteps", "5000000",
+                             "--omp-spincount", "123", "--output-dir", str(tmp_path)],
+                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    found: dict = {}
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and len(found) < 2:
+            time.sleep(1)
+            for child in psutil.Process(proc.pid).children(recursive=True):
+                try:
+                    name = " ".join(child.cmdline())
+                    if name.startswith(("ray::EnvRunner", "ray::Learner")):
+                        found[name.split(".")[0].split()[0]] = child.environ().get("GOMP_SPINCOUNT")
+                except psutil.Error:
+                    pass
+    finally:
+        proc.kill()
+        proc.wait(timeout=60)
+    assert found == {"ray::EnvRunner": "123", "ray::Learner": "123"}

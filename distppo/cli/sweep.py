@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 
 from distppo.cli.flags import add_fields, add_train_flags, check_stable_path, train_config
-from distppo.config import SweepConfig
+from distppo.config import SweepConfig, TrainConfig
 from distppo.errors import ConfigError
 
 # Set per trial by the grid or by the sweep itself, so not flags of `sweep`.
@@ -49,6 +49,12 @@ def sweep_config(args: argparse.Namespace) -> SweepConfig:
 
 
 def run(args: argparse.Namespace) -> int:
+    from distppo.core.threads import set_omp_spincount
+    # before torch loads (the driver's imports); the trials run in the Ray this process starts.
+    # On --resume the sweep's stored value is not read (its storage may be remote): the flag
+    # given, or the default.
+    set_omp_spincount(str(getattr(args, "omp_spincount", None)
+                          or TrainConfig().runner.omp_spincount).strip())
     from distppo.sweep.driver import final_report, resume_sweep, start_sweep
     given = {k: v for k, v in vars(args).items() if k in SweepConfig.__dataclass_fields__}
     storage = given.get("storage", SweepConfig.storage)

@@ -19,10 +19,16 @@ def add_parser(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    import os
+
+    from distppo.core.threads import set_omp_spincount, stored_spincount
+    given = given_flags(args)
+    spin = given.get("omp_spincount") or (
+        args.resume and stored_spincount(os.path.join(args.resume, "config.json")))
+    set_omp_spincount(str(spin or TrainConfig().runner.omp_spincount).strip())  # before torch
     from distppo.core.checkpoint import model_path
     from distppo.core.loop import train
     from distppo.distributed.factory import make_backend
-    given = given_flags(args)
     # with --resume the stored config is the base (core/runfolder.py), not the defaults
     cfg = TrainConfig() if args.resume else TrainConfig().replace(**given)
     check_stable_path(args.resume or cfg.output_dir, "--resume" if args.resume else "--output-dir")

@@ -36,3 +36,26 @@ def local_threads(cfg: TrainConfig, num_cores: int) -> Threads:
     n = num_cores if cfg.runner.num_threads == "auto" else cfg.runner.num_threads
     n = max(1, min(n, num_cores))
     return Threads(n, n)
+
+
+def set_omp_spincount(value: str) -> bool:
+    """--omp-spincount: GOMP_SPINCOUNT for this process and the processes it starts (a local
+    Ray's workers inherit it). libgomp reads it once, when torch loads: so only before that, and
+    never over a GOMP_SPINCOUNT the user set. True when it was set here. A value that is not a
+    number is left to the config's validation (one clear error line)."""
+    import sys
+    if not value.isdigit() or "GOMP_SPINCOUNT" in os.environ or "torch" in sys.modules:
+        return False
+    os.environ["GOMP_SPINCOUNT"] = value
+    return True
+
+
+def stored_spincount(config_json: str) -> str | None:
+    """runner.omp_spincount of a run's config.json (for --resume, before torch loads); None when
+    the file is missing or unreadable, so the caller falls back to the default."""
+    import json
+    try:
+        with open(config_json) as f:
+            return str(json.load(f)["config"]["runner"]["omp_spincount"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
