@@ -19,13 +19,18 @@ def add_parser(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import os
-
-    from distppo.core.threads import set_omp_spincount, stored_spincount
+    from distppo.core.threads import set_omp_spincount
+    from distppo.errors import UserError
+    from distppo.telemetry.runinfo import read_config_json
     given = given_flags(args)
-    spin = given.get("omp_spincount") or (
-        args.resume and stored_spincount(os.path.join(args.resume, "config.json")))
-    set_omp_spincount(str(spin or TrainConfig().runner.omp_spincount).strip())  # before torch
+    base = TrainConfig()
+    if args.resume:
+        try:
+            base = read_config_json(args.resume)[0]
+        except UserError:
+            pass  # the resume itself says what is wrong with the folder
+    # before torch loads (the imports below)
+    set_omp_spincount(str(given.get("omp_spincount", base.runner.omp_spincount)).strip())
     from distppo.core.checkpoint import model_path
     from distppo.core.loop import train
     from distppo.distributed.factory import make_backend

@@ -49,13 +49,3 @@ def set_omp_spincount(value: str) -> bool:
     os.environ["GOMP_SPINCOUNT"] = value
     return True
 
-
-def stored_spincount(config_json: str) -> str | None:
-    """runner.omp_spincount of a run's config.json (for --resume, before torch loads); None when
-    the file is missing or unreadable, so the caller falls back to the default."""
-    import json
-    try:
-        with open(config_json) as f:
-            return str(json.load(f)["config"]["runner"]["omp_spincount"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
