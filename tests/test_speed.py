@@ -1,5 +1,6 @@
 """Fast by default (issue 10): threads and GPUs resolved from what a run owns, the channels_last
 and compiled update equal to the plain one, trials shrunk to fit a small node."""
+import dataclasses
 import json
 import os
 import subprocess
@@ -12,9 +13,11 @@ import pytest
 import torch
 
 from distppo.config import TrainConfig
-from distppo.core.models import make_agent
+from distppo.core.models import make_agent, take_rows
 from distppo.core.ppo import ppo_loss
+from distppo.core.rollout import RolloutBatch
 from distppo.core.threads import Threads, local_threads
+from distppo.core.update import PPOLearner
 from distppo.distributed.resources import (
     check_fits,
     fit_trial,
@@ -175,6 +178,45 @@ def test_channels_last_gives_the_plain_losses_and_gradients(algo):
     obs, actions = _fixed_batch(frames)
     _assert_close(_losses_and_grads(fast, obs, actions, algo == "ppo_lstm"),
                   _losses_and_grads(plain, obs, actions, algo == "ppo_lstm"))
+
+
+@pytest.mark.parametrize("channels", [4, 1])
+def test_take_rows_is_indexing_in_the_cnn_layout(channels):
+    g = torch.Generator().manual_seed(5)
+    x = torch.randint(0, 256, (16, channels, 84, 84), dtype=torch.uint8, generator=g)
+    index = torch.tensor([3, 0, 15, 7, 7])
+    fast = take_rows(x.contiguous(memory_format=torch.channels_last), index)
+    assert torch.equal(fast, x[index])
+    assert fast.is_contiguous(memory_format=torch.channels_last)
+    assert torch.equal(take_rows(x, index), x[index]) and take_rows(x, index).is_contiguous()
+    vectors = torch.randn(16, 4, generator=g)
+    assert torch.equal(take_rows(vectors, index), vectors[index])
+
+
+def test_channels_last_update_gives_the_plain_update():
+    """A whole update() (4 epochs x 4 minibatches, Adam, clipping) on a fixed batch: the
+    channels_last learner (one reorder per iteration, minibatches gathered in that layout)
+    ends with the plain learner's stats and weights, to float rounding."""
+    t, n = 16, 4
+    rng = np.random.default_rng(2)
+    batch = RolloutBatch(
+        obs=rng.integers(0, 256, (t, n, 4, 84, 84), dtype=np.uint8),
+        actions=rng.integers(0, 4, (t, n)), logprobs=np.full((t, n), -1.3, np.float32),
+        values=rng.standard_normal((t, n)).astype(np.float32),
+        rewards=(rng.random((t, n)) < 0.2).astype(np.float32), dones=rng.random((t, n)) < 0.05,
+        next_value=np.zeros(n, np.float32), next_done=np.zeros(n, dtype=bool))
+    results = []
+    for channels_last in (False, True):
+        cfg = TrainConfig(learner=dataclasses.replace(TrainConfig().learner,
+                                                      channels_last=channels_last))
+        learner = PPOLearner(cfg, (4, 84, 84), 4, seed=1)
+        stats = learner.update(batch, iteration=1)
+        results.append((stats, {k: v.contiguous() for k, v in learner.get_weights().items()}))
+    (plain_stats, plain_w), (fast_stats, fast_w) = results
+    for k in plain_stats:
+        assert fast_stats[k] == pytest.approx(plain_stats[k], rel=1e-4, abs=1e-6), k
+    for k in plain_w:
+        torch.testing.assert_close(fast_w[k], plain_w[k], rtol=1e-4, atol=1e-6, msg=k)
 
 
 @pytest.mark.slow

@@ -14,7 +14,7 @@ import torch.nn as nn
 import torch.optim as optim
 
 from distppo.config import TrainConfig
-from distppo.core.models import LSTMAgent, make_agent
+from distppo.core.models import LSTMAgent, make_agent, take_rows
 from distppo.core.ppo import (
     annealed_lr,
     compute_gae,
@@ -81,6 +81,9 @@ def update(agent: nn.Module, optimizer: optim.Optimizer, batch: RolloutBatch, cf
     obs_shape = batch.obs.shape[2:]
     # flatten the batch: [T, N, ...] -> [T*N, ...]
     b_obs = obs.reshape((-1,) + obs_shape)
+    if getattr(agent, "channels_last", False):
+        # once per iteration: every minibatch is then gathered in the CNN's layout (take_rows)
+        b_obs = b_obs.contiguous(memory_format=torch.channels_last)
     b_logprobs = logprobs.reshape(-1)
     b_actions = actions.reshape(-1)
     b_dones = dones.reshape(-1).float()
@@ -149,14 +152,14 @@ def _forward(agent, is_lstm: bool, b_obs, b_dones, b_actions, mb_inds, mbenvinds
     if is_lstm:
         mbenvinds = torch.as_tensor(mbenvinds, device=device)
         _, newlogprob, entropy, newvalue, _ = agent.get_action_and_value(
-            b_obs[mb_inds],
+            take_rows(b_obs, mb_inds),
             (initial_lstm_state[0][:, mbenvinds], initial_lstm_state[1][:, mbenvinds]),
             b_dones[mb_inds],
             b_actions[mb_inds],
         )
     else:
         _, newlogprob, entropy, newvalue = agent.get_action_and_value(
-            b_obs[mb_inds], b_actions[mb_inds])
+            take_rows(b_obs, mb_inds), b_actions[mb_inds])
     return newlogprob, entropy, newvalue
 
 
