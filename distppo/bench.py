@@ -111,10 +111,11 @@ def markdown_table(results: dict) -> str:
 
 
 def write_json(path: str, results: dict, **setup) -> None:
-    """The runs of run_bench() as JSON: setup (env_id, backend, total_timesteps) and one entry
-    per run (algo, variant, sps, wall_s, peak_rss_mb, phase seconds); `distppo plan` reads it."""
-    runs = [dict(algo=algo, variant=variant, **run)
-            for (algo, variant), rs in results.items() for run in rs]
+    """The runs of run_bench() or of --suite speed as JSON: setup (env_id, backend or suite,
+    total_timesteps) and one entry per run (algo, group, variant, sps, wall_s, peak_rss_mb,
+    phase seconds); `distppo plan` reads it. A suite's group names its backend: "ppo (envpool)"."""
+    runs = [dict(algo=group.split(" (")[0], group=group, variant=variant, **run)
+            for (group, variant), rs in results.items() for run in rs]
     with open(path, "w") as f:
         json.dump(dict(setup, runs=runs), f, indent=2)
 

@@ -315,10 +315,14 @@ def test_bench_speed_suite_table(tmp_path):
                    "--algo", "ppo", "--total-timesteps", "256", "--repeats", "1",
                    "--variants", "baseline", "local", "--extra",
                    "--num-envs 4 --num-steps 32 --num-minibatches 2 --update-epochs 1",
-                   "--out", out, timeout=300)
+                   "--out", out, "--json", tmp_path / "speed.json", timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     rows = [line.split("|") for line in out.read_text().splitlines() if line.startswith("| ppo")]
     assert [r[2].strip() for r in rows] == ["baseline", "local"]
+    runs = json.loads((tmp_path / "speed.json").read_text())["runs"]  # --json: every run
+    assert [(r["algo"], r["group"], r["variant"]) for r in runs] == [
+        ("ppo", "ppo (gym)", "baseline"), ("ppo", "ppo (gym)", "local")]
+    assert [float(r[3].replace(",", "")) for r in rows] == [round(r["sps"]) for r in runs]
     assert rows[0][5].strip() == "1.00" and float(rows[1][6].replace(",", "")) > 0
     assert np.isfinite(float(rows[1][3].replace(",", "")))
 

@@ -58,7 +58,11 @@ def run(args: argparse.Namespace) -> int:
         from distppo.core.threads import cores
         jobs = speed_jobs(args.env_id, args.backend[0] if args.backend else None, args.algo,
                           args.total_timesteps, args.variants, shlex.split(args.extra), cores())
-        return _print(markdown_table(run_jobs(jobs, args.repeats)), args.out)
+        results = run_jobs(jobs, args.repeats)
+        if args.json_out:
+            write_json(args.json_out, results, env_id=args.env_id, suite="speed",
+                       total_timesteps=args.total_timesteps)
+        return _print(markdown_table(results), args.out)
     args.backend = args.backend or ["envpool"]
     if args.sink_rows is not None:
         table = sink_table(sink_benchmark(args.sink_rows, args.checkpoint_every))
