@@ -53,8 +53,7 @@ def run(args: argparse.Namespace) -> int:
     # before torch loads (the driver's imports); the trials run in the Ray this process starts.
     # On --resume the sweep's stored value is not read (its storage may be remote): the flag
     # given, or the default.
-    set_omp_spincount(str(getattr(args, "omp_spincount", None)
-                          or TrainConfig().runner.omp_spincount).strip())
+    set_omp_spincount(getattr(args, "omp_spincount", None) or TrainConfig().runner.omp_spincount)
     from distppo.sweep.driver import final_report, resume_sweep, start_sweep
     given = {k: v for k, v in vars(args).items() if k in SweepConfig.__dataclass_fields__}
     storage = given.get("storage", SweepConfig.storage)

@@ -30,7 +30,7 @@ def run(args: argparse.Namespace) -> int:
         except UserError:
             pass  # the resume itself says what is wrong with the folder
     # before torch loads (the imports below)
-    set_omp_spincount(str(given.get("omp_spincount", base.runner.omp_spincount)).strip())
+    set_omp_spincount(given.get("omp_spincount", base.runner.omp_spincount))
     from distppo.core.checkpoint import model_path
     from distppo.core.loop import train
     from distppo.distributed.factory import make_backend

@@ -38,14 +38,14 @@ def local_threads(cfg: TrainConfig, num_cores: int) -> Threads:
     return Threads(n, n)
 
 
-def set_omp_spincount(value: str) -> bool:
+def set_omp_spincount(value) -> bool:
     """--omp-spincount: GOMP_SPINCOUNT for this process and the processes it starts (a local
     Ray's workers inherit it). libgomp reads it once, when torch loads: so only before that, and
     never over a GOMP_SPINCOUNT the user set. True when it was set here. A value that is not a
     number is left to the config's validation (one clear error line)."""
     import sys
+    value = str(value).strip()  # as RunnerConfig normalises it: the flag's text or a stored one
     if not value.isdigit() or "GOMP_SPINCOUNT" in os.environ or "torch" in sys.modules:
         return False
     os.environ["GOMP_SPINCOUNT"] = value
     return True
-
