@@ -216,6 +216,32 @@ def test_runner_and_learner_killed_while_starting_are_survived_and_counted(ray_c
 
 
 @pytest.mark.slow
+def test_learner_killed_while_a_resume_loads_it_is_recovered_and_counted(ray_cluster, tmp_path):
+    """A learner killed as `--resume` loads the checkpoint into it: every learner is replaced
+    and loaded again, and the kill is a learner recovery. It failed the resume before, and in
+    a sweep Tune's retry of the trial counted it as a trial restart (the chaos soak saw it)."""
+    from distppo.telemetry.faultlog import FaultLog
+    train = [sys.executable, "-m", "distppo", "train"]
+    first = subprocess.run(
+        [*train, "--env-id", "CartPole-v1", "--backend", "gym", "--num-envs", "4",
+         "--num-steps", "32", "--num-minibatches", "2", "--total-timesteps", "256",
+         "--output-dir", str(tmp_path), "--run-name", "r"],
+        cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert first.returncode == 0, first.stderr[-2000:]
+    env = dict(os.environ, DISTPPO_FAULT_SIGKILL_ONCE=f"{tmp_path}:learner_load")
+    resumed = subprocess.run([*train, "--resume", str(tmp_path / "r"), "--total-timesteps", "512"],
+                             cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert (tmp_path / "learner_load").exists()  # the kill did happen
+    df = pd.read_parquet(tmp_path / "r" / "metrics.parquet")
+    assert df["iteration"].tolist() == [1, 2, 3, 4]
+    assert df["global_step"].tolist() == [128, 256, 384, 512]
+    assert df["learner_recoveries"].tolist() == [0, 0, 1, 1]
+    counts = FaultLog.local(str(tmp_path / "r" / "faults")).counts()
+    assert (counts["learner_recoveries"], counts["runner_restarts"]) == (1, 0)
+
+
+@pytest.mark.slow
 def test_env_error_in_runner_is_one_clear_line(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     env["DISTPPO_FAULT_ENV_STEP"] = "5"

@@ -57,7 +57,7 @@ class Backend(Protocol):
     def learn(self, payload, iteration: int) -> dict: ...
     def learner_state(self) -> dict: ...
     def load_learner_state(self, state: dict) -> None: ...
-    def recover_learners(self, state: dict) -> None: ...
+    def recover_learners(self, state: Optional[dict]) -> None: ...  # None: fresh learners
     def close(self) -> None: ...
 
 
@@ -112,8 +112,9 @@ class LocalBackend:
     def load_learner_state(self, state: dict) -> None:
         self.learner.load_state_dict(state)
 
-    def recover_learners(self, state: dict) -> None:
-        self.learner.load_state_dict(state)
+    def recover_learners(self, state: Optional[dict]) -> None:
+        if state is not None:
+            self.learner.load_state_dict(state)
 
     def close(self) -> None:
         for s in self.samplers:

@@ -157,11 +157,19 @@ class Loop:
         self.recoveries = 0  # learner recoveries of this process (MAX_LEARNER_RECOVERIES)
         self.rows_written = 0
         if state is not None:
-            backend.load_learner_state(state["learner"])
+            try:
+                backend.load_learner_state(state["learner"])
+            except LearnerFailure as exc:  # killed as the resume loads it: a recovery too
+                self.replace_learners(exc, state["learner"])
             set_rng_state(state["rng"])
             elapsed_before = self.restore(state)
         else:  # iteration 0: a learner lost before the first periodic checkpoint can return here
-            self.save_checkpoint(0.0)
+            while True:
+                try:
+                    self.save_checkpoint(0.0)
+                    break
+                except LearnerFailure as exc:  # fresh learners start from the same seed
+                    self.replace_learners(exc, None)
         self.tb = self._tensorboard(resumed=state is not None)
         if state is None:
             with storage_errors(self.paths.run_dir):
@@ -292,20 +300,35 @@ class Loop:
 
     def recover(self, cause: LearnerFailure) -> None:
         """A learner died: replace every learner and rewind to the last checkpoint."""
-        self.recoveries += 1
-        if self.recoveries > MAX_LEARNER_RECOVERIES:
-            raise LearnerFailure(f"learners died {self.recoveries} times; giving up")
-        self.counter("learner_recoveries", 1, str(cause))
         path = latest_checkpoint(self.paths.run_dir)
         state = load_checkpoint(path)
+        self.replace_learners(cause, state["learner"])
         print(f"distppo: {cause} at iteration {self.iteration}; every learner replaced and "
               f"restored from {Path(path).name} (iteration {state['iteration']})",
               file=sys.stderr, flush=True)
-        self.backend.recover_learners(state["learner"])
         self.restore(state)
         self.pending = None  # a rollout in flight was sampled with weights we just discarded
         self.tb.close()  # a new event file that purges the rewound steps, as after a resume
         self.tb = self._tensorboard(resumed=True)
+
+    def replace_learners(self, cause: LearnerFailure, learner_state: Optional[dict]) -> None:
+        """A learner died (`cause`): replace every learner and load `learner_state` into them
+        (None: fresh learners, which start from the run's seed). One lost while they start or
+        load is one more recovery, each counted as it happens; more than
+        MAX_LEARNER_RECOVERIES in this process end the run."""
+        while True:
+            self._count_recovery(cause)
+            try:
+                self.backend.recover_learners(learner_state)
+                return
+            except LearnerFailure as exc:
+                cause = exc
+
+    def _count_recovery(self, cause: LearnerFailure) -> None:
+        self.recoveries += 1
+        if self.recoveries > MAX_LEARNER_RECOVERIES:
+            raise LearnerFailure(f"learners died {self.recoveries} times; giving up")
+        self.counter("learner_recoveries", 1, str(cause))
 
     def save_checkpoint(self, wall: float) -> str:
         return save_checkpoint(self.paths.run_dir, self.iteration, self.checkpoint_state(wall),

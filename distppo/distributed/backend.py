@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import time
+from typing import Optional
 
 import ray
 from ray.exceptions import GetTimeoutError, ObjectLostError, RayActorError, RayTaskError
@@ -278,14 +279,20 @@ class RayBackend:
             raise LearnerFailure(f"learner 0 failed: {type(exc).__name__}") from None
 
     def load_learner_state(self, state: dict) -> None:
-        self._get([learner.load_state_dict.remote(state) for learner in self.learners])
+        try:
+            self._get([learner.load_state_dict.remote(state) for learner in self.learners])
+        except (RayActorError, GetTimeoutError) as exc:
+            raise LearnerFailure(f"a learner failed while loading its state: "
+                                 f"{type(exc).__name__}") from None
 
-    def recover_learners(self, state: dict) -> None:
-        """Replace every learner (a broken process group cannot be repaired) and restore them."""
+    def recover_learners(self, state: Optional[dict]) -> None:
+        """Replace every learner (a broken process group cannot be repaired) and restore them
+        (None: fresh ones, as the run started)."""
         for learner in self.learners:
             ray.kill(learner)
         self.learners = self._make_learners()
-        self.load_learner_state(state)
+        if state is not None:
+            self.load_learner_state(state)
 
     def learner_weights(self) -> list[dict]:
         return self._get([learner.get_weights.remote() for learner in self.learners])

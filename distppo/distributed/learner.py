@@ -71,6 +71,7 @@ class Learner:
         return self.core.state_dict()
 
     def load_state_dict(self, state: dict) -> None:
+        faults.kill_once("learner_load")
         self.core.load_state_dict(state)
 
     def device(self) -> tuple[str, str, int]:

@@ -15,7 +15,8 @@ that returns its input.
 - DISTPPO_FAULT_SIGKILL_ONCE=DIR:POINT[,POINT...]: the first process (of any run or actor)
   that reaches a named `kill_once` point SIGKILLs itself there; a marker file DIR/POINT,
   created exclusively, makes it the only one (e.g. `runner_init`: one env runner dies in its
-  constructor, and Ray's restart of it goes on).
+  constructor, and Ray's restart of it goes on; `learner_load`: a learner dies as a resume or
+  a recovery loads the checkpoint into it).
 - DISTPPO_FAULT_DISK_FULL=GLOB: every atomic write (telemetry/files.py) of a file whose name
   matches GLOB fails with ENOSPC after part of it was written, as on a full disk.
 """
