@@ -145,14 +145,22 @@ class RunnerConfig:
     """times Ray restarts a dead env runner; its rollout is re-requested with the same weights"""
     runner_device: str = "cpu"
     """device of the env runners' policy copies (rollout inference): cpu | cuda"""
-    runner_gpus: float = 0.25
-    """GPUs Ray reserves per env runner with --runner-device cuda (fractions share one GPU)"""
+    runner_gpus: str = "auto"
+    """GPUs Ray reserves per env runner with --runner-device cuda, in (0, 1]: a number, or auto
+    (0.25, less where the runners would take over half the cluster's GPUs: they share that
+    half, and the learners with --learner-gpus auto the rest)"""
 
     def __post_init__(self) -> None:
         # "2" from the command line and 2 from an old config.json are the same setting
         if isinstance(self.num_threads, str) and self.num_threads.strip().isdigit():
             object.__setattr__(self, "num_threads", int(self.num_threads))
         object.__setattr__(self, "omp_spincount", str(self.omp_spincount).strip())
+        if self.runner_gpus != "auto":
+            try:
+                object.__setattr__(self, "runner_gpus", float(self.runner_gpus))
+            except ValueError:
+                raise ConfigError(f"--runner-gpus must be auto or a number in (0, 1], got "
+                                  f"{self.runner_gpus!r}") from None
 
     def validate(self) -> None:
         _positive(self, "num_env_runners")
@@ -169,7 +177,7 @@ class RunnerConfig:
         if self.runner_device not in RUNNER_DEVICES:
             raise ConfigError(f"unknown runner device {self.runner_device!r}: use one of "
                               f"{', '.join(RUNNER_DEVICES)}")
-        if not 0 < self.runner_gpus <= 1:
+        if self.runner_gpus != "auto" and not 0 < self.runner_gpus <= 1:
             raise ConfigError(f"--runner-gpus must lie in (0, 1], got {self.runner_gpus}")
         if self.runner_max_restarts < 0:
             raise ConfigError(f"--runner-max-restarts must be >= 0, got {self.runner_max_restarts}")

@@ -23,6 +23,9 @@ from distppo.distributed.resources import (
     fit_trial,
     learner_gpus,
     ray_threads,
+    required_resources,
+    resolve_gpus,
+    runner_gpus,
     trial_bundles,
 )
 from distppo.errors import ConfigError
@@ -93,6 +96,30 @@ def test_learner_gpus_auto():
     assert learner_gpus(cfg.replace(cuda=False), 1) == 0.0
     assert learner_gpus(cfg.replace(learner_gpus="0"), 1) == 0.0
 
+
+
+def test_runner_gpus_auto_shares_the_gpus_with_the_learner():
+    """--runner-device cuda on a one-GPU machine runs with the defaults: the runners take 0.25
+    each or share half the GPUs, the learner (auto) the rest; before, one learner (1) and one
+    runner (0.25) asked for 1.25 GPUs and the run was refused (found on an H200 box)."""
+    cpu_runners = TrainConfig()
+    assert runner_gpus(cpu_runners, 1) == 0.0 and learner_gpus(cpu_runners, 1) == 1.0
+    cuda = cpu_runners.replace(runner_device="cuda")
+    for runners, gpus, each, learner in ((1, 1, 0.25, 0.75), (8, 1, 0.0625, 0.5),
+                                         (4, 8, 0.25, 1.0), (2, 0.5, 0.125, 0.25)):
+        cfg = cuda.replace(num_env_runners=runners)
+        assert (runner_gpus(cfg, gpus), learner_gpus(cfg, gpus)) == (each, learner)
+        resolved = resolve_gpus(cfg, gpus)
+        assert resolved.runner.runner_gpus == each and resolved.learner.learner_gpus == learner
+        assert required_resources(resolved)["GPU"] <= gpus
+    given = cuda.replace(runner_gpus="0.5")
+    assert (runner_gpus(given, 1), learner_gpus(given, 1)) == (0.5, 0.5)
+    # no GPU at all: the runners still ask for theirs, so the cluster check names them
+    assert required_resources(resolve_gpus(cuda, 0))["GPU"] == 0.25
+    assert resolve_gpus(cpu_runners, 1).runner.runner_gpus == "auto"  # nothing to resolve
+    for bad in ("0", "1.5", "many"):
+        with pytest.raises(ConfigError, match="--runner-gpus"):
+            cuda.replace(runner_gpus=bad)
 
 # --- sweep trials fit the node ----------------------------------------------------------------
 

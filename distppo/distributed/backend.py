@@ -27,6 +27,7 @@ from distppo.distributed.resources import (
     required_resources,
     resolve_gpus,
     run_cpus,
+    runner_gpus,
     runner_strategy,
 )
 from distppo.distributed.runners import RemoteEnvRunner, job_ended, num_restarts
@@ -43,14 +44,14 @@ class RayBackend:
     def __init__(self, cfg: TrainConfig, video_dir: str | None = None,
                  on_fault: OnFault | None = None):
         connect(min_cpus=required_resources(cfg)["CPU"])
-        cfg = resolve_gpus(cfg, ray.cluster_resources().get("GPU", 0.0))  # --learner-gpus auto
+        cfg = resolve_gpus(cfg, ray.cluster_resources().get("GPU", 0.0))  # the GPUs' autos
         check_cluster_has(required_resources(cfg))
         self.cfg = cfg
         self.threads = ray_threads(cfg, run_cpus())
         r = cfg.runner
-        runner_gpus = r.runner_gpus if r.runner_device == "cuda" else 0
         self.runners = [
-            RemoteEnvRunner.options(num_cpus=r.runner_cpus, num_gpus=runner_gpus,
+            RemoteEnvRunner.options(num_cpus=r.runner_cpus,
+                                    num_gpus=runner_gpus(cfg, 0.0),  # resolved: the number
                                     scheduling_strategy=runner_strategy(),
                                     max_restarts=r.runner_max_restarts, max_task_retries=0
                                     ).remote(cfg, i, video_dir, self.threads.runner)

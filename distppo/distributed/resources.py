@@ -35,31 +35,47 @@ def ray_threads(cfg: TrainConfig, cpus: float) -> Threads:
     return Threads(max(1, (cpus - n * runner) // m), runner)
 
 
+def runner_gpus(cfg: TrainConfig, cluster_gpus: float) -> float:
+    """GPUs per env runner: 0 on the CPU (--runner-device cpu), else the number given, or with
+    auto 0.25 each, less where that would take over half of `cluster_gpus` (the runners share
+    that half; with none, 0.25, so that the cluster check names the GPUs missing)."""
+    r = cfg.runner
+    if r.runner_device != "cuda":
+        return 0.0
+    if r.runner_gpus != "auto":
+        return float(r.runner_gpus)
+    if cluster_gpus <= 0:
+        return 0.25
+    return min(0.25, cluster_gpus / (2 * r.num_env_runners))
+
+
 def learner_gpus(cfg: TrainConfig, cluster_gpus: float) -> float:
     """GPUs per learner: the number given, or with auto one GPU each (a fraction when the
-    learners outnumber the GPUs) when there is one and the learner may use CUDA (not --device
-    cpu or --no-cuda)."""
+    learners outnumber the GPUs the runners leave) when there is one and the learner may use
+    CUDA (not --device cpu or --no-cuda)."""
     lr = cfg.learner
     if lr.learner_gpus != "auto":
         return float(lr.learner_gpus)
     if cluster_gpus <= 0 or lr.device == "cpu" or not lr.cuda:
         return 0.0
-    return min(1.0, cluster_gpus / lr.num_learners)
+    left = cluster_gpus - cfg.runner.num_env_runners * runner_gpus(cfg, cluster_gpus)
+    return max(0.0, min(1.0, left / lr.num_learners))
 
 
 def resolve_gpus(cfg: TrainConfig, cluster_gpus: float) -> TrainConfig:
-    """The config with learner_gpus a number (auto resolved against `cluster_gpus`)."""
-    return cfg.replace(learner_gpus=learner_gpus(cfg, cluster_gpus))
+    """The config with learner_gpus and runner_gpus numbers (auto resolved against
+    `cluster_gpus`)."""
+    return cfg.replace(learner_gpus=learner_gpus(cfg, cluster_gpus),
+                       runner_gpus=runner_gpus(cfg, cluster_gpus) or cfg.runner.runner_gpus)
 
 
 def required_resources(cfg: TrainConfig) -> dict:
     """The CPUs and GPUs of every actor of one run (the trainer process itself not counted);
-    learner_gpus auto counts as 0 here (resolve_gpus first)."""
+    learner_gpus auto counts as 0 here, runner_gpus auto as 0.25 (resolve_gpus first)."""
     r, lr = cfg.runner, cfg.learner
     gpus = 0.0 if lr.learner_gpus == "auto" else lr.learner_gpus
-    runner_gpus = r.runner_gpus if r.runner_device == "cuda" else 0.0
     return {"CPU": r.num_env_runners * r.runner_cpus + lr.num_learners * lr.learner_cpus,
-            "GPU": lr.num_learners * gpus + r.num_env_runners * runner_gpus}
+            "GPU": lr.num_learners * gpus + r.num_env_runners * runner_gpus(cfg, 0.0)}
 
 
 def check_cluster_has(need: dict) -> None:
@@ -70,7 +86,7 @@ def check_cluster_has(need: dict) -> None:
         if amount > have.get(key, 0.0) + 1e-9:
             raise UserError(f"this run needs {amount:g} {key} but the Ray cluster has "
                             f"{have.get(key, 0.0):g}: lower --num-env-runners/--runner-cpus/"
-                            f"--num-learners/--learner-gpus or add nodes")
+                            f"--num-learners/--learner-gpus/--runner-gpus or add nodes")
 
 
 def run_cpus() -> float:
@@ -97,14 +113,14 @@ def runner_strategy():
 
 def trial_bundles(train: TrainConfig, trial_cpus: float) -> list[dict]:
     """The placement group of one trial; bundle 0 hosts the trial process (Tune's convention).
-    learner_gpus auto counts as 0 (resolve_gpus first)."""
+    learner_gpus auto counts as 0, runner_gpus auto as 0.25 (resolve_gpus first)."""
     lr, r = train.learner, train.runner
     gpus = 0.0 if lr.learner_gpus == "auto" else lr.learner_gpus
     if train.local:  # LocalBackend: samplers and learner live in the trial process itself
         return [{"CPU": trial_cpus, "GPU": gpus}]
     runner = {"CPU": r.runner_cpus}
     if r.runner_device == "cuda":
-        runner["GPU"] = r.runner_gpus
+        runner["GPU"] = runner_gpus(train, 0.0)
     return ([{"CPU": trial_cpus}]
             + [{"CPU": lr.learner_cpus, "GPU": gpus}] * lr.num_learners
             + [runner] * r.num_env_runners)
