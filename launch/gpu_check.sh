@@ -1,20 +1,26 @@
 #!/usr/bin/env bash
 # GPU check (issue 10, item 7): `distppo bench` on a CUDA machine, the learner on the GPU
-# (--learner-gpus auto gives it one), several env runners; prints SPS and per-phase seconds
-# per variant and the minutes 10M Breakout steps would take at that SPS.
+# (--learner-gpus auto gives it one), one to several env runners; prints SPS and per-phase
+# seconds per variant and the minutes 10M Breakout steps would take at that SPS.
 #
-#   bash launch/gpu_check.sh                  # defaults below; about 10 minutes on one GPU
-#   STEPS=204800 REPEATS=3 RUNNERS=8 bash launch/gpu_check.sh
+#   bash launch/gpu_check.sh                  # defaults below; about 7 minutes on one GPU
+#   STEPS=204800 REPEATS=3 RUNNERS=8 BACKEND=ale bash launch/gpu_check.sh
 #
+# Each variant is its own bench (a failed or slow one costs only itself: PER_RUN_S each, and
+# variants not started by BUDGET_S are skipped), all in one table at the end. BACKEND=ale is
+# for machines without EnvPool wheels (the same Atari settings through ale-py's vector env).
 # Paste the table, the GPU line and the command into docs/benchmarks.md ("GPU").
-set -euo pipefail
+set -uo pipefail
 PYTHON=${PYTHON:-python}
-STEPS=${STEPS:-102400}     # 100 iterations of CleanRL's 8 x 128
+BACKEND=${BACKEND:-envpool}
+STEPS=${STEPS:-40960}      # 40 iterations of CleanRL's 8 x 128
 REPEATS=${REPEATS:-1}
 RUNNERS=${RUNNERS:-4}
-OUT=${OUT:-gpu_check.md}
+PER_RUN_S=${PER_RUN_S:-150}
+BUDGET_S=${BUDGET_S:-420}
+OUT=${OUT_MD:-gpu_check.md}
 
-"$PYTHON" - <<'PY'
+"$PYTHON" - <<'PY' || exit 1
 import sys
 import torch
 if not torch.cuda.is_available():
@@ -23,25 +29,53 @@ p = torch.cuda.get_device_properties(0)
 print(f"GPU: {p.name}, {p.total_memory / 2**30:.0f} GiB, torch {torch.__version__}, "
       f"CUDA {torch.version.cuda}, {torch.cuda.device_count()} device(s)")
 PY
-nproc | sed 's/^/CPU cores: /'
+echo "CPU cores: $(nproc); backend: $BACKEND; steps per run: $STEPS; repeats: $REPEATS"
 
-# The learner on CUDA in every variant; runners on CPU (Atari inference is tiny) except the
-# last, which also acts on the GPU (4 runners share it in quarters).
-"$PYTHON" -m distppo bench --env-id Breakout-v5 --backend envpool --algo ppo \
-  --total-timesteps "$STEPS" --repeats "$REPEATS" --extra "--device cuda" \
-  --variant "local=--local" \
-  --variant "ray-1runner=" \
-  --variant "ray-${RUNNERS}runners=--num-env-runners $RUNNERS" \
-  --variant "ray-${RUNNERS}runners-overlap=--num-env-runners $RUNNERS --overlap" \
-  --variant "overlap-compile-bf16=--num-env-runners $RUNNERS --overlap --compile --amp bf16" \
-  --variant "overlap-runners-cuda=--num-env-runners $RUNNERS --overlap --runner-device cuda" \
-  --out "$OUT"
+# What runs where, from the defaults alone (the first line of `distppo train`).
+tmp=$(mktemp -d)
+timeout -k 10 "$PER_RUN_S" "$PYTHON" -m distppo train --env-id Breakout-v5 --backend "$BACKEND" \
+  --total-timesteps 2048 --output-dir "$tmp/smoke" --log-every 1000 2>&1 | head -3
 
+# The CleanRL-mode baseline first (one process, threads = cores, every speed option off, the
+# learner on CUDA as CleanRL's scripts put it), then distppo's paths; the learner is on CUDA in
+# every one (--device auto). The last variants also act on the GPU or compile the update.
+variants=(
+  "baseline=--local --device cuda --num-threads $(nproc) --no-channels-last --omp-spincount default"
+  "local=--local"
+  "ray="
+  "ray-${RUNNERS}runners=--num-env-runners $RUNNERS"
+  "ray-${RUNNERS}runners-overlap=--num-env-runners $RUNNERS --overlap"
+  "ray-8runners-overlap=--num-env-runners 8 --overlap"
+  "overlap-bf16=--num-env-runners $RUNNERS --overlap --amp bf16"
+  "overlap-runners-cuda=--num-env-runners $RUNNERS --overlap --runner-device cuda"
+  "overlap-compile=--num-env-runners $RUNNERS --overlap --compile"
+)
+start=$SECONDS
+: > "$tmp/rows"; : > "$tmp/header"
+for v in "${variants[@]}"; do
+  name=${v%%=*}
+  if (( SECONDS - start > BUDGET_S )); then echo "skipped (budget): $name"; continue; fi
+  if timeout -k 10 "$PER_RUN_S" "$PYTHON" -m distppo bench --env-id Breakout-v5 \
+      --backend "$BACKEND" --algo ppo --total-timesteps "$STEPS" --repeats "$REPEATS" \
+      --variant "$v" --out "$tmp/$name.md" > "$tmp/$name.log" 2>&1; then
+    [ -s "$tmp/header" ] || head -n 2 "$tmp/$name.md" > "$tmp/header"
+    grep '^| ppo ' "$tmp/$name.md" >> "$tmp/rows"
+    tail -n 1 "$tmp/$name.md"
+  else
+    echo "FAILED ($name, rc $?): $(tail -n 2 "$tmp/$name.log" | tr '\n' ' ')"
+  fi
+done
+
+cat "$tmp/header" "$tmp/rows" > "$OUT" 2>/dev/null
+echo; cat "$OUT"; echo
 "$PYTHON" - "$OUT" <<'PY'
 import sys
-for line in open(sys.argv[1]):
-    cells = [c.strip() for c in line.split("|")[1:-1]]
-    if len(cells) > 3 and cells[0] == "ppo":
-        sps = float(cells[2].replace(",", ""))
-        print(f"{cells[1]:28s} {sps:8,.0f} SPS -> 10M steps in {1e7 / sps / 60:6.1f} min")
+rows = [[c.strip() for c in line.split("|")[1:-1]] for line in open(sys.argv[1])]
+rows = [r for r in rows if len(r) > 3 and r[0] == "ppo"]
+base = float(rows[0][2].replace(",", "")) if rows and rows[0][1] == "baseline" else None
+for cells in rows:
+    sps = float(cells[2].replace(",", ""))
+    ratio = f"  {sps / base:4.2f}x baseline" if base else ""
+    print(f"{cells[1]:24s} {sps:8,.0f} SPS -> 10M steps in {1e7 / sps / 60:6.1f} min{ratio}")
 PY
+rm -rf "$tmp"
