@@ -71,11 +71,10 @@ class RayBackend:
 
     def _describe(self) -> BackendInfo:
         runner_nodes = self._ask_runners("node_id")
-        device, gpu_name, learner_threads = self._get(self.learners[0].device.remote())
+        device, gpu_name, learner_threads = self._learner_device
         runner_threads = self._ask_runners("threads", only=0)[0]
         group = ray.get_runtime_context().get_placement_group_id()
-        theirs = self._ask_runners("placement_group_id") + self._get(
-            [a.placement_group_id.remote() for a in self.learners])
+        theirs = self._ask_runners("placement_group_id") + self._learner_groups
         return BackendInfo("ray", len(self.runners), len(self.learners), device, gpu_name,
                            runner_nodes=len(set(runner_nodes)),
                            in_placement_group=group is not None and all(t == group for t in theirs),
@@ -124,6 +123,10 @@ class RayBackend:
             try:
                 self._get([learner.pid.remote() for learner in learners])
                 self._group(learners)
+                # what describe() says of them, asked here: a kill now is a start death too
+                self._learner_device = self._get(learners[0].device.remote())
+                self._learner_groups = self._get([a.placement_group_id.remote()
+                                                  for a in learners])
                 return learners
             except RayActorError as exc:
                 for learner in learners:
