@@ -97,7 +97,6 @@ def test_learner_gpus_auto():
     assert learner_gpus(cfg.replace(learner_gpus="0"), 1) == 0.0
 
 
-
 def test_runner_gpus_auto_shares_the_gpus_with_the_learner():
     """--runner-device cuda on a one-GPU machine runs with the defaults: the runners take 0.25
     each or share half the GPUs, the learner (auto) the rest; before, one learner (1) and one

@@ -63,10 +63,12 @@ def learner_gpus(cfg: TrainConfig, cluster_gpus: float) -> float:
 
 
 def resolve_gpus(cfg: TrainConfig, cluster_gpus: float) -> TrainConfig:
-    """The config with learner_gpus and runner_gpus numbers (auto resolved against
-    `cluster_gpus`)."""
-    return cfg.replace(learner_gpus=learner_gpus(cfg, cluster_gpus),
-                       runner_gpus=runner_gpus(cfg, cluster_gpus) or cfg.runner.runner_gpus)
+    """The config with learner_gpus a number and, with --runner-device cuda, runner_gpus one
+    (auto resolved against `cluster_gpus`; CPU runners keep theirs, which nothing reads)."""
+    cfg = cfg.replace(learner_gpus=learner_gpus(cfg, cluster_gpus))
+    if cfg.runner.runner_device == "cuda":
+        cfg = cfg.replace(runner_gpus=runner_gpus(cfg, cluster_gpus))
+    return cfg
 
 
 def required_resources(cfg: TrainConfig) -> dict:
