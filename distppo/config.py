@@ -120,8 +120,10 @@ class PPOConfig:
 
 @dataclass(frozen=True)
 class RunnerConfig:
-    num_env_runners: int = 1
-    """env-runner actors on the Ray path; the num_envs envs are split evenly across them"""
+    num_env_runners: str = "auto"
+    """env-runner actors on the Ray path; the num_envs envs are split evenly across them. auto:
+    one per 4 CPUs of the largest node (the largest divisor of num_envs that fits; 1 on a node
+    of up to 7 CPUs, in --local mode and in sweep trials), distributed/resources.py"""
     envs_per_runner: Optional[int] = None
     """envs per env runner; when given, num_envs becomes num_env_runners * this"""
     runner_cpus: float = 1.0
@@ -152,8 +154,10 @@ class RunnerConfig:
 
     def __post_init__(self) -> None:
         # "2" from the command line and 2 from an old config.json are the same setting
-        if isinstance(self.num_threads, str) and self.num_threads.strip().isdigit():
-            object.__setattr__(self, "num_threads", int(self.num_threads))
+        for name in ("num_threads", "num_env_runners"):
+            value = getattr(self, name)
+            if isinstance(value, str) and value.strip().isdigit():
+                object.__setattr__(self, name, int(value))
         object.__setattr__(self, "omp_spincount", str(self.omp_spincount).strip())
         if self.runner_gpus != "auto":
             try:
@@ -163,7 +167,10 @@ class RunnerConfig:
                                   f"{self.runner_gpus!r}") from None
 
     def validate(self) -> None:
-        _positive(self, "num_env_runners")
+        if self.num_env_runners != "auto" and not (isinstance(self.num_env_runners, int)
+                                                   and self.num_env_runners > 0):
+            raise ConfigError(f"--num-env-runners must be auto or a number > 0, got "
+                              f"{self.num_env_runners!r}")
         if self.envs_per_runner is not None:
             _positive(self, "envs_per_runner")
         _positive(self, "runner_cpus")
@@ -318,11 +325,16 @@ class TrainConfig:
                 f"num_envs = {e.num_envs} must split evenly over num_learners = {m}, and each "
                 f"learner's share into num_minibatches = {p.num_minibatches}: adjust the sizes")
         r = self.runner
-        if r.envs_per_runner is not None and e.num_envs != r.num_env_runners * r.envs_per_runner:
+        if r.envs_per_runner is not None and r.num_env_runners == "auto":
+            raise ConfigError("--envs-per-runner needs a number of env runners: give "
+                              "--num-env-runners too, or --num-envs instead")
+        # auto is resolved where the run's CPUs are known (resources.resolve_runners)
+        if r.envs_per_runner is not None and r.num_env_runners != "auto" \
+                and e.num_envs != r.num_env_runners * r.envs_per_runner:
             raise ConfigError(
                 f"num_envs = {e.num_envs} contradicts num_env_runners = {r.num_env_runners} x "
                 f"envs_per_runner = {r.envs_per_runner}: give --num-envs or --envs-per-runner")
-        if e.num_envs % self.runner.num_env_runners:
+        if r.num_env_runners != "auto" and e.num_envs % r.num_env_runners:
             raise ConfigError(
                 f"num_envs = {e.num_envs} cannot be split evenly over num_env_runners = "
                 f"{self.runner.num_env_runners}: make num_envs a multiple of it")
@@ -346,7 +358,8 @@ class TrainConfig:
 
     @property
     def runner_num_envs(self) -> int:
-        """Envs each env runner steps (num_envs split evenly over the runners)."""
+        """Envs each env runner steps (num_envs split evenly over the runners); the runner
+        count must be resolved (a number: resources.resolve_runners)."""
         return self.env.num_envs // self.runner.num_env_runners
 
     def to_dict(self) -> dict:
@@ -368,7 +381,8 @@ class TrainConfig:
             if not per_runner > 0:
                 raise ConfigError(f"--envs-per-runner must be > 0, got {per_runner}")
             runners = flat.get("num_env_runners", self.runner.num_env_runners)
-            flat = dict(flat, num_envs=runners * per_runner)
+            if str(runners).isdigit():  # with auto, validate() says what to give instead
+                flat = dict(flat, num_envs=int(runners) * per_runner)
         nested: dict = {}
         top = {}
         for key, value in flat.items():

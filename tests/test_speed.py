@@ -19,12 +19,15 @@ from distppo.core.rollout import RolloutBatch
 from distppo.core.threads import Threads, local_threads
 from distppo.core.update import PPOLearner
 from distppo.distributed.resources import (
+    auto_runners,
     check_fits,
+    fit_sweep,
     fit_trial,
     learner_gpus,
     ray_threads,
     required_resources,
     resolve_gpus,
+    resolve_runners,
     runner_gpus,
     trial_bundles,
 )
@@ -48,7 +51,7 @@ def test_local_threads_are_the_cores_or_the_number_given():
 
 
 def test_ray_threads_take_turns_without_overlap_and_split_with_it():
-    cfg = TrainConfig()
+    cfg = TrainConfig().replace(num_env_runners=1)  # threads follow the resolved runner count
     # runners and learner take turns: each phase may use the whole node
     assert ray_threads(cfg, 2) == Threads(2, 2)
     assert ray_threads(cfg.replace(num_env_runners=4, num_envs=8), 16) == Threads(16, 4)
@@ -70,6 +73,34 @@ def test_ray_threads_take_turns_without_overlap_and_split_with_it():
             if n + 1 <= cpus:
                 assert n * t.runner + t.learner <= cpus, (cpus, n, t)
     assert ray_threads(cfg.replace(num_threads="3"), 16) == Threads(3, 3)
+
+
+def test_num_env_runners_auto_is_one_runner_per_4_cpus_of_the_largest_node():
+    """auto: one runner per 4 CPUs, the largest that divides num_envs and fits beside the
+    learner's reservation; 1 on small nodes, in --local mode and in sweep trials."""
+    assert TrainConfig().runner.num_env_runners == "auto"
+    # (cpus, num_envs) -> runners; the H200 box (16 CPUs, 8 envs) gets 4
+    for (cpus, envs), want in {(2, 8): 1, (4, 8): 1, (7, 8): 1, (8, 8): 2, (12, 8): 2,
+                               (16, 8): 4, (32, 8): 8, (128, 8): 8, (16, 6): 3, (16, 5): 1,
+                               (1, 8): 1}.items():
+        assert auto_runners(envs, cpus, 1.0, 1.0) == want, (cpus, envs)
+    assert auto_runners(8, 16, 4.0, 1.0) == 2  # 4-CPU runners: 2 x 4 + 1 <= 16, 4 x 4 + 1 > 16
+    cfg = TrainConfig()
+    assert resolve_runners(cfg, 16).runner.num_env_runners == 4
+    assert resolve_runners(cfg, 16).runner_num_envs == 2
+    assert resolve_runners(cfg.replace(local=True), 16).runner.num_env_runners == 1
+    assert resolve_runners(cfg.replace(num_env_runners="3", num_envs=6), 64) \
+        .runner.num_env_runners == 3  # a number given is kept
+    assert required_resources(cfg)["CPU"] == 2.0  # auto counts as 1 runner until resolved
+    from distppo.config import SweepConfig
+    fitted, _ = fit_sweep(SweepConfig(games=("Pong-v5",), seeds=(1,)), [node(64)], 0.0)
+    assert fitted.train.runner.num_env_runners == 1  # a trial's runners are its reservation
+    for bad in ({"num_env_runners": "0"}, {"num_env_runners": "many"},
+                {"num_env_runners": "3"}):  # 3 does not divide 8 envs
+        with pytest.raises(ConfigError, match="num.env.runners"):
+            TrainConfig().replace(**bad).validate()
+    with pytest.raises(ConfigError, match="--envs-per-runner needs a number of env runners"):
+        TrainConfig().replace(envs_per_runner=4).validate()
 
 
 def test_num_threads_and_learner_gpus_parse():
@@ -311,15 +342,16 @@ def test_amp_on_a_cpu_learner_is_one_line(tmp_path):
 @pytest.fixture(scope="module")
 def gpu_cluster():
     """A Ray node that declares one GPU (this machine has no CUDA): Ray grants it all the
-    same, which is how a GPU machine whose torch cannot use its GPU looks."""
+    same, which is how a GPU machine whose torch cannot use its GPU looks. It declares 8 CPUs,
+    as a GPU box has many: --num-env-runners auto sizes the runners from them."""
     from ray.cluster_utils import Cluster
     cluster = Cluster(initialize_head=True, head_node_args={
-        "num_cpus": 2, "num_gpus": 1, "include_dashboard": False})
+        "num_cpus": 8, "num_gpus": 1, "include_dashboard": False})
     yield cluster
     cluster.shutdown()
 
 
-def test_declared_gpu_goes_to_the_learner_and_unusable_cuda_is_one_line(gpu_cluster, tmp_path):
+def test_declared_gpus_and_cpus_decide_the_learner_device_and_the_runners(gpu_cluster, tmp_path):
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU")
     env = {"RAY_ADDRESS": gpu_cluster.address}
@@ -332,6 +364,11 @@ def test_declared_gpu_goes_to_the_learner_and_unusable_cuda_is_one_line(gpu_clus
     assert ok.returncode == 0, ok.stderr[-2000:]
     assert json.loads((tmp_path / "cpu" / "config.json").read_text())[
         "placement"]["learner_device"] == "cpu"
+    # --num-env-runners auto on a node of 8 CPUs: 2 runners share the 4 envs, said and recorded
+    first = [ln for ln in ok.stdout.splitlines() if ln.startswith("ray: ")][0]
+    assert "; 2 env runner(s) on 1 node(s)" in first, first
+    placement, rows = _placement(tmp_path, "cpu")
+    assert rows["num_env_runners"].tolist() == [2, 2]
 
 
 def test_bench_speed_suite_table(tmp_path):

@@ -78,6 +78,8 @@ class LocalBackend:
 
     def __init__(self, cfg: TrainConfig, video_dir: Optional[str] = None,
                  on_fault: Optional[OnFault] = None):
+        if cfg.runner.num_env_runners == "auto":  # one process: one sampler steps every env
+            cfg = cfg.replace(num_env_runners=1)
         self.samplers = [make_sampler(cfg, r, video_dir)
                          for r in range(cfg.runner.num_env_runners)]
         env = self.samplers[0].env

@@ -23,9 +23,11 @@ from distppo.distributed.connect import connect
 from distppo.distributed.learner import RemoteLearner
 from distppo.distributed.resources import (
     check_cluster_has,
+    in_placement_group,
     ray_threads,
     required_resources,
     resolve_gpus,
+    resolve_runners,
     run_cpus,
     runner_gpus,
     runner_strategy,
@@ -44,7 +46,10 @@ class RayBackend:
     def __init__(self, cfg: TrainConfig, video_dir: str | None = None,
                  on_fault: OnFault | None = None):
         connect(min_cpus=required_resources(cfg)["CPU"])
-        cfg = resolve_gpus(cfg, ray.cluster_resources().get("GPU", 0.0))  # the GPUs' autos
+        # the autos: runners from the largest node's CPUs (inside a sweep trial's placement
+        # group, which reserved one runner for auto, 1), then the GPUs they leave the learners
+        cfg = resolve_runners(cfg, 0.0 if in_placement_group() else run_cpus())
+        cfg = resolve_gpus(cfg, ray.cluster_resources().get("GPU", 0.0))
         check_cluster_has(required_resources(cfg))
         self.cfg = cfg
         self.threads = ray_threads(cfg, run_cpus())

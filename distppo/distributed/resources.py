@@ -35,6 +35,41 @@ def ray_threads(cfg: TrainConfig, cpus: float) -> Threads:
     return Threads(max(1, (cpus - n * runner) // m), runner)
 
 
+CPUS_PER_AUTO_RUNNER = 4  # docs/benchmarks.md "GPU": 4 runners on 16 cores, 1.47x one runner
+
+
+def auto_runners(num_envs: int, cpus: float, runner_cpus: float, learner_cpus: float) -> int:
+    """--num-env-runners auto: one env runner per CPUS_PER_AUTO_RUNNER CPUs of `cpus` (the
+    largest node), as many as divide num_envs evenly and whose reservations fit beside the
+    learners' (`learner_cpus`, summed); at least 1. One runner steps all its envs on its
+    threads and infers them as one small batch between steps, so on a large node a single
+    runner leaves most cores idle during the rollout; several runners sample side by side
+    (the same envs and hyperparameters, split by env)."""
+    most = int(cpus // CPUS_PER_AUTO_RUNNER)
+    if runner_cpus > 0:
+        most = min(most, int((cpus - learner_cpus) / runner_cpus + 1e-9))
+    return max([n for n in range(1, max(1, most) + 1) if num_envs % n == 0])
+
+
+def resolve_runners(cfg: TrainConfig, cpus: float) -> TrainConfig:
+    """The config with --num-env-runners a number (auto resolved against `cpus`; 1 in --local
+    mode, whose samplers share this process)."""
+    if cfg.runner.num_env_runners != "auto":
+        return cfg
+    if cfg.local:
+        return cfg.replace(num_env_runners=1)
+    lr = cfg.learner
+    n = auto_runners(cfg.env.num_envs, cpus, cfg.runner.runner_cpus,
+                     lr.num_learners * lr.learner_cpus)
+    return cfg.replace(num_env_runners=n)
+
+
+def runner_count(cfg: TrainConfig) -> int:
+    """The runners of a config whose count may still be auto (counted as 1: the fewest)."""
+    n = cfg.runner.num_env_runners
+    return 1 if n == "auto" else n
+
+
 def runner_gpus(cfg: TrainConfig, cluster_gpus: float) -> float:
     """GPUs per env runner: 0 on the CPU (--runner-device cpu), else the number given, or with
     auto 0.25 each, less where that would take over half of `cluster_gpus` (the runners share
@@ -46,7 +81,7 @@ def runner_gpus(cfg: TrainConfig, cluster_gpus: float) -> float:
         return float(r.runner_gpus)
     if cluster_gpus <= 0:
         return 0.25
-    return min(0.25, cluster_gpus / (2 * r.num_env_runners))
+    return min(0.25, cluster_gpus / (2 * runner_count(cfg)))
 
 
 def learner_gpus(cfg: TrainConfig, cluster_gpus: float) -> float:
@@ -58,7 +93,7 @@ def learner_gpus(cfg: TrainConfig, cluster_gpus: float) -> float:
         return float(lr.learner_gpus)
     if cluster_gpus <= 0 or lr.device == "cpu" or not lr.cuda:
         return 0.0
-    left = cluster_gpus - cfg.runner.num_env_runners * runner_gpus(cfg, cluster_gpus)
+    left = cluster_gpus - runner_count(cfg) * runner_gpus(cfg, cluster_gpus)
     return max(0.0, min(1.0, left / lr.num_learners))
 
 
@@ -73,11 +108,13 @@ def resolve_gpus(cfg: TrainConfig, cluster_gpus: float) -> TrainConfig:
 
 def required_resources(cfg: TrainConfig) -> dict:
     """The CPUs and GPUs of every actor of one run (the trainer process itself not counted);
-    learner_gpus auto counts as 0 here, runner_gpus auto as 0.25 (resolve_gpus first)."""
+    learner_gpus auto counts as 0 here, runner_gpus auto as 0.25, num_env_runners auto as 1
+    (resolve_runners and resolve_gpus first)."""
     r, lr = cfg.runner, cfg.learner
     gpus = 0.0 if lr.learner_gpus == "auto" else lr.learner_gpus
-    return {"CPU": r.num_env_runners * r.runner_cpus + lr.num_learners * lr.learner_cpus,
-            "GPU": lr.num_learners * gpus + r.num_env_runners * runner_gpus(cfg, 0.0)}
+    n = runner_count(cfg)
+    return {"CPU": n * r.runner_cpus + lr.num_learners * lr.learner_cpus,
+            "GPU": lr.num_learners * gpus + n * runner_gpus(cfg, 0.0)}
 
 
 def check_cluster_has(need: dict) -> None:
@@ -104,6 +141,12 @@ def run_cpus() -> float:
                default=1.0)
 
 
+def in_placement_group() -> bool:
+    """Whether this process runs inside a placement group (a sweep trial's)."""
+    from ray.util.placement_group import get_current_placement_group
+    return get_current_placement_group() is not None
+
+
 def runner_strategy():
     """SPREAD over the cluster, except inside a placement group (a sweep trial): an explicit
     strategy would take the runners out of the group the trial reserved for them."""
@@ -125,7 +168,7 @@ def trial_bundles(train: TrainConfig, trial_cpus: float) -> list[dict]:
         runner["GPU"] = runner_gpus(train, 0.0)
     return ([{"CPU": trial_cpus}]
             + [{"CPU": lr.learner_cpus, "GPU": gpus}] * lr.num_learners
-            + [runner] * r.num_env_runners)
+            + [runner] * runner_count(train))
 
 
 def fit_trial(train: TrainConfig, trial_cpus: float, nodes: list[dict]
@@ -148,7 +191,7 @@ def fit_trial(train: TrainConfig, trial_cpus: float, nodes: list[dict]
     default = {"trial": _default(SweepConfig, "trial_cpus"),
                "runner": _default(type(r), "runner_cpus"),
                "learner": _default(type(lr), "learner_cpus")}
-    counts = {"trial": 1, "runner": 0 if train.local else r.num_env_runners,
+    counts = {"trial": 1, "runner": 0 if train.local else runner_count(train),
               "learner": 0 if train.local else lr.num_learners}
     given = {"trial": trial_cpus, "runner": r.runner_cpus, "learner": lr.learner_cpus}
     free = [k for k in given if given[k] == default[k] and counts[k]]
@@ -206,10 +249,15 @@ def trials_per_node(bundles: list[dict], node: dict) -> int:
 def fit_sweep(cfg: SweepConfig, nodes: list[dict], cluster_gpus: float
               ) -> tuple[SweepConfig, str]:
     """The sweep as its trials run on a cluster of `nodes` (ray.nodes()-shaped records) with
-    `cluster_gpus` GPUs: learner GPUs resolved, default CPU reservations shrunk to the largest
-    node (fit_trial; the sentence saying so, or ""), a --local trial's threads = its CPUs.
+    `cluster_gpus` GPUs: env runners auto = 1, learner GPUs resolved, default CPU reservations
+    shrunk to the largest node (fit_trial; the sentence saying so, or ""), a --local trial's
+    threads = its CPUs.
     `distppo sweep` calls it with the live cluster, `distppo plan` with the planned one."""
-    train = resolve_gpus(cfg.train, cluster_gpus)
+    # a trial's runners are part of the reservation the sweep packs by: auto is 1 runner there
+    train = cfg.train
+    if train.runner.num_env_runners == "auto":
+        train = train.replace(num_env_runners=1)
+    train = resolve_gpus(train, cluster_gpus)
     train, trial_cpus, said = fit_trial(train, cfg.trial_cpus, nodes)
     if train.local and train.runner.num_threads == "auto":
         train = train.replace(num_threads=max(1, round(trial_cpus)))
