@@ -167,17 +167,11 @@ class RunnerConfig:
                                   f"{self.runner_gpus!r}") from None
 
     def validate(self) -> None:
-        if self.num_env_runners != "auto" and not (isinstance(self.num_env_runners, int)
-                                                   and self.num_env_runners > 0):
-            raise ConfigError(f"--num-env-runners must be auto or a number > 0, got "
-                              f"{self.num_env_runners!r}")
+        _auto_or_positive(self, "num_env_runners")
         if self.envs_per_runner is not None:
             _positive(self, "envs_per_runner")
         _positive(self, "runner_cpus")
-        if self.num_threads != "auto" and not (isinstance(self.num_threads, int)
-                                               and self.num_threads > 0):
-            raise ConfigError(f"--num-threads must be auto or a number > 0, got "
-                              f"{self.num_threads!r}")
+        _auto_or_positive(self, "num_threads")
         if self.omp_spincount != "default" and not self.omp_spincount.isdigit():
             raise ConfigError(f"--omp-spincount must be default or a number >= 0, got "
                               f"{self.omp_spincount!r}")
@@ -328,12 +322,11 @@ class TrainConfig:
         if r.envs_per_runner is not None and r.num_env_runners == "auto":
             raise ConfigError("--envs-per-runner needs a number of env runners: give "
                               "--num-env-runners too, or --num-envs instead")
-        # auto is resolved where the run's CPUs are known (resources.resolve_runners)
-        if r.envs_per_runner is not None and r.num_env_runners != "auto" \
-                and e.num_envs != r.num_env_runners * r.envs_per_runner:
+        if r.envs_per_runner is not None and e.num_envs != r.num_env_runners * r.envs_per_runner:
             raise ConfigError(
                 f"num_envs = {e.num_envs} contradicts num_env_runners = {r.num_env_runners} x "
                 f"envs_per_runner = {r.envs_per_runner}: give --num-envs or --envs-per-runner")
+        # auto is resolved where the run's CPUs are known (resources.resolve_runners)
         if r.num_env_runners != "auto" and e.num_envs % r.num_env_runners:
             raise ConfigError(
                 f"num_envs = {e.num_envs} cannot be split evenly over num_env_runners = "
@@ -466,6 +459,12 @@ def _positive(obj, name: str) -> None:
     value = getattr(obj, name)
     if not value > 0:
         raise ConfigError(f"--{_flag(name)} must be > 0, got {value}")
+
+
+def _auto_or_positive(obj, name: str) -> None:
+    value = getattr(obj, name)
+    if value != "auto" and not (isinstance(value, int) and value > 0):
+        raise ConfigError(f"--{_flag(name)} must be auto or a number > 0, got {value!r}")
 
 
 @dataclass(frozen=True)

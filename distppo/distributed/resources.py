@@ -53,7 +53,7 @@ def auto_runners(num_envs: int, cpus: float, runner_cpus: float, learner_cpus: f
 
 def resolve_runners(cfg: TrainConfig, cpus: float) -> TrainConfig:
     """The config with --num-env-runners a number (auto resolved against `cpus`; 1 in --local
-    mode, whose samplers share this process)."""
+    mode, whose samplers share this process, and with `cpus` 0: a sweep trial's)."""
     if cfg.runner.num_env_runners != "auto":
         return cfg
     if cfg.local:
@@ -254,10 +254,7 @@ def fit_sweep(cfg: SweepConfig, nodes: list[dict], cluster_gpus: float
     threads = its CPUs.
     `distppo sweep` calls it with the live cluster, `distppo plan` with the planned one."""
     # a trial's runners are part of the reservation the sweep packs by: auto is 1 runner there
-    train = cfg.train
-    if train.runner.num_env_runners == "auto":
-        train = train.replace(num_env_runners=1)
-    train = resolve_gpus(train, cluster_gpus)
+    train = resolve_gpus(resolve_runners(cfg.train, 0.0), cluster_gpus)
     train, trial_cpus, said = fit_trial(train, cfg.trial_cpus, nodes)
     if train.local and train.runner.num_threads == "auto":
         train = train.replace(num_threads=max(1, round(trial_cpus)))
