@@ -32,7 +32,6 @@ import random
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -43,23 +42,14 @@ from pathlib import Path
 import psutil
 import pyarrow.parquet as pq
 
+from distppo.testing.ports import free_ports
+
 REPO = Path(__file__).resolve().parent.parent
 MARKER = "DISTPPO_CHAOS_SOAK"
 # Process titles Ray gives actor processes: ray::<Class>.<method> (or ray::<Class> when idle).
 TITLES = {"runner": "ray::EnvRunner", "learner": "ray::Learner", "trial": "ray::ImplicitFunc"}
 KINDS = ("runner", "learner", "trial", "driver")
 WEIGHTS = (4, 2, 2, 1)
-
-
-def free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    try:
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
 
 
 def sweep_args(args: argparse.Namespace) -> list[str]:

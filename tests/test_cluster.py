@@ -18,7 +18,6 @@ import secrets
 import shlex
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -31,6 +30,8 @@ import psutil
 import pyarrow.parquet as pq
 import pytest
 import yaml
+
+from distppo.testing.ports import free_ports
 
 from conftest import REPO
 
@@ -45,18 +46,7 @@ TINY = ["--games", "CartPole-v1", "--seeds", "1", "--backend", "gym", "--num-env
         "--runner-cpus", "0.5", "--learner-cpus", "0.5"]
 
 
-# --- helpers: ports, environments, process cleanup ----------------------------------------------
-
-def free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    try:
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
-
+# --- helpers: environments, process cleanup ----------------------------------------------
 
 def clean_env(marker: str, **extra: str) -> dict:
     """This venv first on PATH (the job's `python`/`distppo` resolve to it, as on a cluster node

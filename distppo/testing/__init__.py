@@ -1,1 +1,2 @@
-"""Test support that must live in the package because it runs inside Ray workers."""
+"""Test support that lives in the package: what runs inside Ray workers (faults.py) and what
+tests/ and launch/ share (ports.py)."""
