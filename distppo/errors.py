@@ -5,6 +5,9 @@ fix it), TrainingError prints one line and exits 1 (the run could not go on).
 """
 from __future__ import annotations
 
+import signal
+import threading
+
 
 class UserError(Exception):
     """A mistake the user can fix (bad path, bad checkpoint); reported as one line, exit 2."""
@@ -34,3 +37,26 @@ class StorageError(TrainingError, OSError):
     """A run file could not be written (disk full, quota, read-only); one line, exit 1. The
     files already written stay whole, so the run resumes once there is room. Also an OSError,
     so code that handles I/O errors still sees one."""
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (`kill`, `ray job stop`, a scheduler's preemption), handled as Ctrl-C is: the
+    run stops where it is, its files stay whole, `--resume` continues it; exit 143."""
+
+
+def stop_on_sigterm() -> None:
+    """Make SIGTERM do what Ctrl-C does in this process: call the SIGINT handler installed
+    now (Tune's graceful stop during a sweep) or raise Terminated. Without it Python dies at
+    once, and after ray.init Ray's C++ core prints a stack dump first; so this is called at
+    start and again after ray.init. Only the main thread can set a handler."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+
+    def on_sigterm(signum, frame):
+        on_sigint = signal.getsignal(signal.SIGINT)
+        if callable(on_sigint) and on_sigint is not signal.default_int_handler:
+            on_sigint(signal.SIGINT, frame)
+        else:
+            raise Terminated()
+
+    signal.signal(signal.SIGTERM, on_sigterm)

@@ -184,6 +184,51 @@ def test_killed_driver_resumes_without_rerunning_finished_trials(ray_cluster, tm
     assert set(trials["restarts"].to_pylist()) == {0}
 
 
+@pytest.mark.slow
+def test_sigterm_stops_the_sweep_unfinished_and_resume_finishes_it(ray_cluster, tmp_path):
+    """SIGTERM (`ray job stop`, a preemption) is Ctrl-C: Tune's graceful stop. Tune says
+    TERMINATED of the trial it stops, which trials.parquet called done and the exit status 0;
+    it is `stopped`, the exit 130, and --resume trains it to the end from its checkpoint."""
+    n = 100
+    args = ["sweep", "--games", "CartPole-v1", "--seeds", "1", *TINY, "--num-steps", "64",
+            "--update-epochs", "4", "--checkpoint-every", "5", "--total-timesteps",
+            str(n * 2 * 64), "--local", "--outputs-every-s", "0", "--storage", str(tmp_path),
+            "--name", "term"]
+    sweep_dir, trial = tmp_path / "term", "CartPole-v1__ppo__1"
+    log = open(tmp_path / "driver.log", "w")
+    driver = subprocess.Popen([sys.executable, "-m", "distppo", *args], cwd=REPO,
+                              stdout=log, stderr=subprocess.STDOUT,
+                              env=dict(os.environ, PYTHONUNBUFFERED="1"))
+    try:
+        deadline = time.time() + 300
+        while not any(5 <= int(p.parent.name) < n
+                      for p in sweep_dir.glob(f"runs/{trial}/*/trial.json")):
+            assert driver.poll() is None, (tmp_path / "driver.log").read_text()[-3000:]
+            assert time.time() < deadline, "the trial wrote no copy past iteration 5 in time"
+            time.sleep(0.1)
+        driver.send_signal(signal.SIGTERM)
+        driver.wait(timeout=120)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+        log.close()
+    out = (tmp_path / "driver.log").read_text()
+    assert driver.returncode == 130, out[-3000:]
+    assert "Traceback" not in out and "SIGTERM received" not in out, out[-3000:]
+    assert f"sweep interrupted: continue it with --storage {tmp_path} --name term --resume" in out
+    stopped = read(sweep_dir / "trials.parquet").to_pylist()
+    assert [r["status"] for r in stopped] == ["stopped"], stopped
+    assert 5 * 128 <= stopped[0]["global_step"] < n * 128
+    wait_for_free_cpus(4.0)
+
+    proc = run_cli("sweep", "--storage", tmp_path, "--name", "term", "--resume", timeout=420)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert_complete(read(sweep_dir / "iterations.parquet"), read(sweep_dir / "trials.parquet"),
+                    n_iterations=n)
+    resumed_from = final_trial_json(sweep_dir, trial)["resumed_from"]
+    assert len(resumed_from) == 2 and resumed_from[1] >= 5, resumed_from
+
+
 # --- 3. a crashing trial restarts from its checkpoint ------------------------------------------
 
 @pytest.mark.slow

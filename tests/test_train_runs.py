@@ -80,6 +80,53 @@ def test_kill_and_resume(tmp_path):
     assert steps == df["global_step"].tolist()
 
 
+def _stop_with_sigterm(args, run_dir, past):
+    """Start `distppo train`, SIGTERM it once it checkpointed an iteration after `past`, return
+    (exit status, stderr); the whole stop is bounded by timeouts."""
+    def newest():
+        return max((int(p.stem.split("_")[1]) for p in run_dir.glob("checkpoints/ckpt_*.pt")),
+                   default=0)
+    proc = subprocess.Popen([sys.executable, "-m", "distppo", *args], cwd=REPO,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        _wait_for(lambda: proc.poll() is not None or newest() > past, 300,
+                  "no new checkpoint in time")
+        assert proc.poll() is None, proc.stderr.read()[-3000:]
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    return proc.returncode, err
+
+
+@pytest.mark.slow
+def test_sigterm_stops_a_run_in_one_line_and_resume_continues(ray_cluster, tmp_path):
+    """SIGTERM (`kill`, `ray job stop`, a preemption) is handled as Ctrl-C: one line, exit 143,
+    the files whole. On Ray it printed Ray's C++ stack dump and died (its handler, installed by
+    ray.init, replaced Python's); then --resume continues, here in --local mode, and a second
+    SIGTERM stops that run the same way."""
+    run_dir = tmp_path / "r"
+    said = "distppo train: stopped by SIGTERM; resume with --resume"
+    rc, err = _stop_with_sigterm(
+        ["train", "--env-id", "CartPole-v1", "--backend", "gym", "--num-envs", "2",
+         "--num-steps", "64", "--num-minibatches", "2", "--total-timesteps", str(128 * 5000),
+         "--checkpoint-every", "5", "--output-dir", str(tmp_path), "--run-name", "r"],
+        run_dir, past=5)
+    assert rc == 143, err[-3000:]
+    assert "Traceback" not in err and "SIGTERM received" not in err, err[-3000:]
+    assert err.strip().splitlines()[-1] == said, err[-3000:]
+    first = pd.read_parquet(run_dir / "metrics.parquet")["iteration"].tolist()
+    assert len(first) >= 10 and first == list(range(1, len(first) + 1))
+
+    rc, err = _stop_with_sigterm(["train", "--resume", str(run_dir), "--local"], run_dir,
+                                 past=len(first) + 5)
+    assert rc == 143, err[-3000:]
+    assert "Traceback" not in err and err.strip().splitlines()[-1] == said, err[-3000:]
+    second = pd.read_parquet(run_dir / "metrics.parquet")["iteration"].tolist()
+    assert len(second) > len(first) and second == list(range(1, len(second) + 1))
+
+
 @pytest.mark.slow
 def test_eval_prints_return_and_writes_video(tmp_path):
     train_args = ["train", "--local", "--env-id", "Breakout-v5", "--backend", "envpool",

@@ -1,7 +1,8 @@
 """`distppo train | eval | bench | sweep | status | plan | report`: one module per subcommand.
 
 User mistakes (ConfigError, UserError, bad flags) print one line and exit 2, no traceback;
-TrainingError prints one line and exits 1.
+TrainingError prints one line and exits 1. Ctrl-C exits 130 and SIGTERM 143, each with one line
+(train and sweep stop with their files whole and say `--resume`).
 """
 from __future__ import annotations
 
@@ -14,9 +15,11 @@ from distppo import __version__
 from distppo.cli import bench, plan, report, status, sweep, train
 from distppo.cli import eval as evaluate
 from distppo.cli.flags import EXIT_USAGE, OneLineParser, normalise_argv
-from distppo.errors import TrainingError, UserError
+from distppo.errors import Terminated, TrainingError, UserError, stop_on_sigterm
 
 COMMANDS = (train, evaluate, bench, sweep, status, plan, report)
+RESUMABLE = ("train", "sweep")
+EXIT_INTERRUPTED, EXIT_SIGTERM = 130, 143  # 128 + the signal, as a shell reports them
 # What each command imports beyond the base install (`report` needs nothing more). Ray only
 # when the run is not --local.
 NEEDS = {"train": ("torch", "ray"), "eval": ("torch",), "bench": ("torch", "ray"),
@@ -59,6 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Optional[list] = None) -> int:
     args = build_parser().parse_args(normalise_argv(sys.argv[1:] if argv is None else argv))
+    stop_on_sigterm()
     try:
         check_installed(args)
         return args.handler(args)
@@ -68,6 +72,8 @@ def main(argv: Optional[list] = None) -> int:
     except TrainingError as exc:
         print(f"distppo {args.command}: error: {exc}", file=sys.stderr)
         return 1
-    except KeyboardInterrupt:
-        print(f"distppo {args.command}: interrupted; resume with --resume", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (Terminated)
+        how = "stopped by SIGTERM" if isinstance(exc, Terminated) else "interrupted"
+        again = "; resume with --resume" if args.command in RESUMABLE else ""
+        print(f"distppo {args.command}: {how}{again}", file=sys.stderr)
+        return EXIT_SIGTERM if isinstance(exc, Terminated) else EXIT_INTERRUPTED

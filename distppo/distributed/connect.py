@@ -12,6 +12,7 @@ import os
 import ray
 
 from distppo.distributed import reaper
+from distppo.errors import stop_on_sigterm
 from distppo.testing import faults
 
 
@@ -29,3 +30,4 @@ def connect(min_cpus: float = 0.0, dashboard: bool = False) -> None:
         kwargs["num_cpus"] = max(os.cpu_count() or 1, int(min_cpus + 0.999))
         reaper.watch()
     ray.init(**kwargs)
+    stop_on_sigterm()  # ray.init put Ray's stack-dumping handler in its place

@@ -51,16 +51,19 @@ def _trial_name(trial) -> str:
     return trial_id(trial.config["env_id"], trial.config["algo"], trial.config["seed"])
 
 
-def summary_line(name: str, sweep: SweepConfig, trials: list) -> str:
+def summary_line(name: str, sweep: SweepConfig, trials: list,
+                 statuses: Optional[dict] = None) -> str:
     """done / running / pending / failed over the whole grid (Tune creates trials lazily), and
-    an ETA: the steps left over the running trials' summed measured SPS."""
+    an ETA: the steps left over the running trials' summed measured SPS. `statuses`
+    ({trial_id: status}) overrides Tune's, as trials.parquet has them at the end."""
     by_id = {_trial_name(t): t for t in trials}
     total_steps = sweep.train.ppo.total_timesteps
     counts: Counter = Counter()
     remaining, sps = 0, 0.0
     for point in sweep.grid():
         t = by_id.get(trial_id(*point))
-        status = STATUS.get(t.status, t.status.lower()) if t else "pending"
+        status = (statuses or {}).get(trial_id(*point)) or (
+            STATUS.get(t.status, t.status.lower()) if t else "pending")
         counts[status] += 1
         if status in ("done", "failed"):
             continue
@@ -69,9 +72,10 @@ def summary_line(name: str, sweep: SweepConfig, trials: list) -> str:
         if status == "running":
             sps += float(result.get("sps", 0.0))
     eta = remaining / sps if sps > 0 else math.nan
+    stopped = f", {counts['stopped']} stopped" if counts["stopped"] else ""
     return (f"sweep {name}: {counts['done']}/{sum(counts.values())} done, {counts['running']} "
-            f"running, {counts['pending']} pending, {counts['failed']} failed | {sps:,.0f} SPS | "
-            f"ETA {format_eta(eta)}")
+            f"running, {counts['pending']} pending, {counts['failed']} failed{stopped} | "
+            f"{sps:,.0f} SPS | ETA {format_eta(eta)}")
 
 
 class SweepCallback(tune.Callback):
@@ -94,6 +98,7 @@ class SweepCallback(tune.Callback):
         self._storage, self._done_rows = None, {}
         self._last_line, self._last_time = "", 0.0
         self._dirty, self._written = False, 0.0
+        self._statuses: Optional[dict] = None  # trials.parquet's, as last written
         self.errors = 0
 
     def __getstate__(self) -> dict:
@@ -124,6 +129,7 @@ class SweepCallback(tune.Callback):
         if iterations:
             write_iterations(self.storage, files)
         self._dirty, self._written = False, time.time()
+        self._statuses = {f.trial_id: f.status for f in files}
 
     def on_checkpoint(self, iteration, trials, trial, checkpoint, **info):
         self._dirty = True
@@ -146,12 +152,15 @@ class SweepCallback(tune.Callback):
         self._summary(trials)
 
     def on_experiment_end(self, trials, **info):
+        self._statuses = None
         self._guarded("the sweep's end", lambda: self._write(trials))
-        self._summary(trials, force=True)
+        # trials.parquet's statuses: Tune's say TERMINATED of trials an interrupt stopped
+        self._summary(trials, force=True, statuses=self._statuses)
 
-    def _summary(self, trials: list, force: bool = False) -> None:
+    def _summary(self, trials: list, force: bool = False,
+                 statuses: Optional[dict] = None) -> None:
         """A line when a trial changes state, and every SUMMARY_EVERY_S in between."""
-        line = summary_line(self.name, self.sweep, trials)
+        line = summary_line(self.name, self.sweep, trials, statuses)
         if self.errors:
             line += f" | {self.errors} output update(s) failed"
         changed = line.split(" | ")[0] != self._last_line.split(" | ")[0]

@@ -36,13 +36,18 @@ class TrialFiles:
         self.trial_id = trial_id(*point)
         self.status = status or (STATUS.get(trial.status, trial.status.lower()) if trial
                                  else "pending")
+        self.storage, self._latest = storage, False
+        if status is None and self.status == "done" and not (self.latest
+                                                            and self.latest[1].get("finished")):
+            # Tune also says TERMINATED of the trials it stops when the sweep is interrupted
+            # (Ctrl-C, SIGTERM); only a run copy that trained every iteration is done.
+            self.status = "stopped"
         failures = trial.num_failures if trial else 0
         # The failure that ended a failed trial was not followed by a restart. The fault log
         # also has the restarts whose record in Tune's state a killed driver took with it.
         tune_restarts = max(failures - 1, 0) if self.status == "failed" else failures
         self.restarts = max(tune_restarts,
                             storage.fault_log(self.trial_id).counts()["trial_restarts"])
-        self.storage, self._latest = storage, False
 
     @property
     def latest(self) -> Optional[tuple[str, dict]]:
