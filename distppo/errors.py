@@ -44,6 +44,15 @@ class Terminated(KeyboardInterrupt):
     run stops where it is, its files stay whole, `--resume` continues it; exit 143."""
 
 
+_SIGTERM = threading.Event()
+
+
+def sigterm_received() -> bool:
+    """Whether SIGTERM arrived: Ray re-raises an exception raised by a handler while it waits
+    (ray.get) as a bare KeyboardInterrupt, so the exception's type alone cannot tell."""
+    return _SIGTERM.is_set()
+
+
 def stop_on_sigterm() -> None:
     """Make SIGTERM do what Ctrl-C does in this process: call the SIGINT handler installed
     now (Tune's graceful stop during a sweep) or raise Terminated. Without it Python dies at
@@ -53,6 +62,7 @@ def stop_on_sigterm() -> None:
         return
 
     def on_sigterm(signum, frame):
+        _SIGTERM.set()
         on_sigint = signal.getsignal(signal.SIGINT)
         if callable(on_sigint) and on_sigint is not signal.default_int_handler:
             on_sigint(signal.SIGINT, frame)

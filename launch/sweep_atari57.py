@@ -105,7 +105,13 @@ def main(argv: list[str] | None = None) -> int:
     # a private single-node Ray beside the cluster.
     os.environ.setdefault("RAY_ADDRESS", "auto")
     if own.wait_for_gpus > 0 and "--help" not in rest and "-h" not in rest:
-        wait_for_gpus(own.wait_for_gpus, own.wait_timeout)
+        try:
+            wait_for_gpus(own.wait_for_gpus, own.wait_timeout)
+        except KeyboardInterrupt:  # Ctrl-C, or SIGTERM (connect() made it one): nothing started
+            from distppo.errors import sigterm_received
+            print(f"{PROG}: stopped while waiting for GPUs; the sweep did not start",
+                  file=sys.stderr)
+            return 143 if sigterm_received() else 130
     from distppo.cli.main import main as distppo_main
     from distppo.sweep.driver import EXIT_TRIALS_FAILED
     status = distppo_main(args)

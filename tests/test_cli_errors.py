@@ -90,3 +90,33 @@ def test_help_lists_every_hyperparameter():
                  "--local", "--resume", "--capture-video", "--max-episode-steps"):
         assert flag in proc.stdout, flag
     assert "(default: 0.00025)" in proc.stdout and "discount factor" in proc.stdout
+
+
+def test_sigterm_raises_terminated_or_calls_the_sigint_handler_and_is_remembered():
+    """errors.stop_on_sigterm, in this process: SIGTERM raises Terminated (a KeyboardInterrupt)
+    or, where a SIGINT handler of its own is set (Tune's graceful stop), calls that; either way
+    sigterm_received() says so, as Ray re-raises a handler's exception as a bare
+    KeyboardInterrupt (tests/test_train_runs.py sends SIGTERM to real runs)."""
+    import os
+    import signal
+    import time
+
+    from distppo import errors
+
+    before = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
+    try:
+        errors.stop_on_sigterm()
+        assert not errors.sigterm_received()
+        with pytest.raises(errors.Terminated):
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5)  # the handler runs at the next bytecode, long before this ends
+        assert errors.sigterm_received()
+        called = []
+        signal.signal(signal.SIGINT, lambda signum, frame: called.append(signum))
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.1)
+        assert called == [signal.SIGINT]
+    finally:
+        signal.signal(signal.SIGTERM, before[0])
+        signal.signal(signal.SIGINT, before[1])
+        errors._SIGTERM.clear()

@@ -146,7 +146,7 @@ def test_killed_driver_resumes_without_rerunning_finished_trials(ray_cluster, tm
                 finished = done[0]
                 before = run_copies(sweep_dir, finished)
             if finished is not None:  # an unfinished trial has a complete copy past iteration 2
-                others = [p.parent.parent.name for p in sweep_dir.glob("runs/*/*/trial.json")
+                others = [p.parent.parent.name for p in sweep_dir.glob("runs/*/[0-9]*/trial.json")
                           if p.parent.parent.name not in done and int(p.parent.name) >= 3
                           and int(p.parent.name) < 30]
                 running = others[0] if others else None
@@ -185,6 +185,7 @@ def test_killed_driver_resumes_without_rerunning_finished_trials(ray_cluster, tm
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1000)  # above the waits' own timeouts (300 + 120 + 60 + 420 s)
 def test_sigterm_stops_the_sweep_unfinished_and_resume_finishes_it(ray_cluster, tmp_path):
     """SIGTERM (`ray job stop`, a preemption) is Ctrl-C: Tune's graceful stop. Tune says
     TERMINATED of the trial it stops, which trials.parquet called done and the exit status 0;
@@ -201,8 +202,8 @@ def test_sigterm_stops_the_sweep_unfinished_and_resume_finishes_it(ray_cluster, 
                               env=dict(os.environ, PYTHONUNBUFFERED="1"))
     try:
         deadline = time.time() + 300
-        while not any(5 <= int(p.parent.name) < n
-                      for p in sweep_dir.glob(f"runs/{trial}/*/trial.json")):
+        while not any(5 <= int(p.parent.name) < n  # [0-9]*: not a copy still being staged
+                      for p in sweep_dir.glob(f"runs/{trial}/[0-9]*/trial.json")):
             assert driver.poll() is None, (tmp_path / "driver.log").read_text()[-3000:]
             assert time.time() < deadline, "the trial wrote no copy past iteration 5 in time"
             time.sleep(0.1)

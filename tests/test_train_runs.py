@@ -101,6 +101,7 @@ def _stop_with_sigterm(args, run_dir, past):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)  # above the waits' own timeouts (2 x (300 + 120) s)
 def test_sigterm_stops_a_run_in_one_line_and_resume_continues(ray_cluster, tmp_path):
     """SIGTERM (`kill`, `ray job stop`, a preemption) is handled as Ctrl-C: one line, exit 143,
     the files whole. On Ray it printed Ray's C++ stack dump and died (its handler, installed by

@@ -2,7 +2,8 @@
 
 User mistakes (ConfigError, UserError, bad flags) print one line and exit 2, no traceback;
 TrainingError prints one line and exits 1. Ctrl-C exits 130 and SIGTERM 143, each with one line
-(train and sweep stop with their files whole and say `--resume`).
+(a run stops with its files whole and says `--resume`); a sweep takes either as Tune's graceful
+stop and exits 130 (sweep/driver.py).
 """
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from distppo import __version__
 from distppo.cli import bench, plan, report, status, sweep, train
 from distppo.cli import eval as evaluate
 from distppo.cli.flags import EXIT_USAGE, OneLineParser, normalise_argv
-from distppo.errors import Terminated, TrainingError, UserError, stop_on_sigterm
+from distppo.errors import Terminated, TrainingError, UserError, sigterm_received, stop_on_sigterm
 
 COMMANDS = (train, evaluate, bench, sweep, status, plan, report)
 RESUMABLE = ("train", "sweep")
@@ -72,8 +73,9 @@ def main(argv: Optional[list] = None) -> int:
     except TrainingError as exc:
         print(f"distppo {args.command}: error: {exc}", file=sys.stderr)
         return 1
-    except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (Terminated)
-        how = "stopped by SIGTERM" if isinstance(exc, Terminated) else "interrupted"
+    except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (Terminated, or Ray's re-raise of it)
+        term = isinstance(exc, Terminated) or sigterm_received()
         again = "; resume with --resume" if args.command in RESUMABLE else ""
-        print(f"distppo {args.command}: {how}{again}", file=sys.stderr)
-        return EXIT_SIGTERM if isinstance(exc, Terminated) else EXIT_INTERRUPTED
+        print(f"distppo {args.command}: {'stopped by SIGTERM' if term else 'interrupted'}{again}",
+              file=sys.stderr)
+        return EXIT_SIGTERM if term else EXIT_INTERRUPTED

@@ -42,7 +42,7 @@ OPTIONAL_TRIAL_COLUMNS = ("sps_mean", "episodes", "restarts", "node", "gpu_name"
                           "final_envpool_return", "final_xla_return")
 OPTIONAL_ITERATION_COLUMNS = ("backend", "num_learners")
 # The status of a finished trial in trials.parquet (metrics.TRIAL_COLUMNS: done, failed,
-# running, pending, paused); every other status makes the cell missing, with that status.
+# running, pending, paused, stopped); every other status makes the cell missing, with that status.
 DONE_STATUS = "done"
 CLEANRL_TAIL = 0.10  # CleanRL's runtime = mean of the last 10% of logged rows (expt summary())
 

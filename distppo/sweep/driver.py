@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import signal
 import sys
+import threading
 import time
 from collections import Counter
 from typing import Optional, TextIO
@@ -196,10 +198,25 @@ def start_sweep(cfg: SweepConfig, force_unlock: bool = False) -> SweepStorage:
             checkpoint_config=tune.CheckpointConfig(num_to_keep=None),
             callbacks=[SweepCallback(cfg.storage, cfg.name, cfg), *tracking_callbacks(cfg)]))
     try:
-        tuner.fit()
+        _fit(tuner)
     finally:
         sweep_lease.release(lease)
     return storage
+
+
+def _fit(tuner) -> None:
+    """tuner.fit(), then the SIGINT and SIGUSR1 handlers of before: Tune installs its graceful
+    stop for them and leaves it, so a later Ctrl-C or SIGTERM (errors.stop_on_sigterm) would
+    only log a line."""
+    signals = [s for s in (signal.SIGINT, getattr(signal, "SIGUSR1", None)) if s is not None]
+    before = {s: signal.getsignal(s) for s in signals}
+    try:
+        tuner.fit()
+    finally:
+        if threading.current_thread() is threading.main_thread():
+            for s, handler in before.items():
+                if handler is not None:
+                    signal.signal(s, handler)
 
 
 def resume_sweep(storage_uri: str, name: str, force_unlock: bool = False) -> SweepStorage:
@@ -221,7 +238,7 @@ def resume_sweep(storage_uri: str, name: str, force_unlock: bool = False) -> Swe
     try:
         tuner = tune.Tuner.restore(storage.uri, trainable, resume_unfinished=True,
                                    resume_errored=True)
-        tuner.fit()
+        _fit(tuner)
     finally:
         sweep_lease.release(lease)
     return storage

@@ -37,11 +37,13 @@ class TrialFiles:
         self.status = status or (STATUS.get(trial.status, trial.status.lower()) if trial
                                  else "pending")
         self.storage, self._latest = storage, False
-        if status is None and self.status == "done" and not (self.latest
-                                                            and self.latest[1].get("finished")):
+        if status is None and self.status == "done":
             # Tune also says TERMINATED of the trials it stops when the sweep is interrupted
-            # (Ctrl-C, SIGTERM); only a run copy that trained every iteration is done.
-            self.status = "stopped"
+            # (Ctrl-C, SIGTERM); only a trial whose newest complete copy trained every
+            # iteration is done (its metrics readable or not: Tune will not run it again).
+            newest = storage.latest_run_copy(self.trial_id)
+            if not (newest and newest[1].get("finished")):
+                self.status = "stopped"
         failures = trial.num_failures if trial else 0
         # The failure that ended a failed trial was not followed by a restart. The fault log
         # also has the restarts whose record in Tune's state a killed driver took with it.
