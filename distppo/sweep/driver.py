@@ -63,8 +63,9 @@ def summary_line(name: str, sweep: SweepConfig, trials: list,
     counts: Counter = Counter()
     remaining, sps = 0, 0.0
     for point in sweep.grid():
-        t = by_id.get(trial_id(*point))
-        status = (statuses or {}).get(trial_id(*point)) or (
+        tid = trial_id(*point)
+        t = by_id.get(tid)
+        status = (statuses or {}).get(tid) or (
             STATUS.get(t.status, t.status.lower()) if t else "pending")
         counts[status] += 1
         if status in ("done", "failed"):
@@ -126,7 +127,8 @@ class SweepCallback(tune.Callback):
                   file=sys.stderr, flush=True)
 
     def _write(self, trials: list, ending: Optional[dict] = None, iterations: bool = True):
-        files = trial_files(self.storage, self.sweep, trials, ending=ending)
+        files = trial_files(self.storage, self.sweep, trials, ending=ending,
+                            done=frozenset(self._done_rows))
         write_trials(self.storage, files, self._done_rows)
         if iterations:
             write_iterations(self.storage, files)

@@ -118,9 +118,10 @@ def _null_if_nan(value) -> Optional[float]:
 
 
 def trial_files(storage: SweepStorage, sweep: SweepConfig, trials: list,
-                ending: Optional[dict] = None) -> list[TrialFiles]:
+                ending: Optional[dict] = None, done: frozenset = frozenset()) -> list[TrialFiles]:
     """One TrialFiles per grid point, sorted by trial_id. `ending` = {Tune trial id: status}
-    for a trial Tune is finishing right now: it sets the status after the callbacks run."""
+    for a trial Tune is finishing right now: it sets the status after the callbacks run.
+    `done`: trial ids already written as done (write_trials' cache), not looked at again."""
     ending = ending or {}
     by_point: dict = {}
     for t in trials:
@@ -134,6 +135,8 @@ def trial_files(storage: SweepStorage, sweep: SweepConfig, trials: list,
     for point in sweep.grid():
         trial = by_point.get(point, (0, None))[1]
         status = ending.get(trial.trial_id) if trial is not None else None
+        if status is None and trial_id(*point) in done:
+            status = "done"
         files.append(TrialFiles(storage, sweep, point, trial, status))
     return sorted(files, key=lambda f: f.trial_id)
 
