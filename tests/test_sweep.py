@@ -220,6 +220,12 @@ def test_sigterm_stops_the_sweep_unfinished_and_resume_finishes_it(ray_cluster, 
     stopped = read(sweep_dir / "trials.parquet").to_pylist()
     assert [r["status"] for r in stopped] == ["stopped"], stopped
     assert 5 * 128 <= stopped[0]["global_step"] < n * 128
+    # `distppo status` says the same at once: the driver released its lease
+    look = run_cli("status", sweep_dir, "--json", timeout=120)
+    assert look.returncode == 0, look.stderr[-3000:]
+    look = json.loads(look.stdout)
+    assert look["state"] == "interrupted", look
+    assert [t["state"] for t in look["trials"]] == ["stopped"], look["trials"]
     wait_for_free_cpus(4.0)
 
     proc = run_cli("sweep", "--storage", tmp_path, "--name", "term", "--resume", timeout=420)

@@ -50,8 +50,11 @@ def kill(proc: subprocess.Popen) -> None:
 # --- 1. the sweep lease ------------------------------------------------------------------------
 
 def test_second_driver_refused_locally(tmp_path):
+    fs, root = pafs.LocalFileSystem(), str(tmp_path / "busy")
+    assert sweep_lease.held(fs, root) is None  # no lease file: `distppo status` cannot tell
     holder = hold_lease(str(tmp_path), "busy")
     try:
+        assert sweep_lease.held(fs, root) is True  # seen from another process, not taken
         proc = run_cli("sweep", "--games", "CartPole-v1", "--seeds", "1", *TINY, "--storage",
                        tmp_path, "--name", "busy", timeout=120)
         assert_one_line_error(proc, "being run by another driver", f"pid {holder.pid}",
@@ -61,8 +64,11 @@ def test_second_driver_refused_locally(tmp_path):
     finally:
         kill(holder)
     # The kernel dropped the dead holder's lock: nothing stale blocks the next driver.
+    assert sweep_lease.held(fs, root) is False
     lease = sweep_lease.acquire(SweepStorage(str(tmp_path), "busy"))
+    assert sweep_lease.held(fs, root) is True
     lease.release()
+    assert sweep_lease.held(fs, root) is False
 
 
 def test_s3_lease_expiry_renewal_force(s3_server, monkeypatch):
@@ -77,7 +83,10 @@ def test_s3_lease_expiry_renewal_force(s3_server, monkeypatch):
             return json.loads(f.readall())["expires"]
 
     monkeypatch.setattr(sweep_lease, "LEASE_TTL_S", 3.0)
+    root = "sweeps-bucket/sweeps/lease"
+    assert sweep_lease.held(fs, root) is False  # no lease object: no driver
     first = sweep_lease.acquire(storage)
+    assert sweep_lease.held(fs, root) is True
     with pytest.raises(UserError, match="being run by another driver"):
         sweep_lease.acquire(storage)
     before = expires()
@@ -85,8 +94,11 @@ def test_s3_lease_expiry_renewal_force(s3_server, monkeypatch):
     assert expires() > before
     with pytest.raises(UserError, match="being run by another driver"):
         sweep_lease.acquire(storage)
+    assert sweep_lease.held(fs, root) is True
+    assert sweep_lease.held(fs, root, now=expires() + 1) is False  # a killed driver's, expired
     first.release()
     assert not fs.get_file_info(key).is_file
+    assert sweep_lease.held(fs, root) is False
     # A driver killed without releasing: its lease blocks until it expires or --force-unlock.
     with fs.open_output_stream(key) as f:
         f.write(json.dumps({"pid": 1, "host": "dead", "expires": time.time() + 3600}).encode())

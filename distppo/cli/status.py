@@ -23,7 +23,8 @@ def add_parser(sub) -> None:
                    help="print again every SECONDS until interrupted")
     p.add_argument("--json", action="store_true", help="one JSON object (per look) on stdout")
     p.add_argument("--stale-after", type=float, default=None, metavar="SECONDS",
-                   help="the driver counts as alive while a sweep file changed within this many "
+                   help="where the sweep's lease cannot tell (no lease file, gs://), the "
+                        "driver counts as alive while a sweep file changed within this many "
                         "seconds (default: 300; Tune syncs results to object stores every few "
                         "minutes)")
     p.set_defaults(handler=run)

@@ -1,8 +1,10 @@
 """`distppo status`: where a sweep stands, read from its storage alone, strictly read-only.
 
 Works on a running, finished or killed sweep, local or on any pyarrow file system (s3://),
-without Ray and without the sweep's driver: it opens files for reading only, never writes,
-never takes or touches a lease (a file named like one is only looked at, for its mtime).
+without Ray and without the sweep's driver: it opens files for reading only and never writes.
+Whether the driver is alive it reads from the sweep's lease (sweep/lease.py `held`: a shared
+lock tried and dropped at once, or the S3 lease's expiry), else from how recently its files
+changed.
 
 Per trial it reads (sweep/layout.py):
 - the newest complete run copy, runs/<trial_id>/<iteration>/: trial.json (finished, elapsed_s,
@@ -28,6 +30,7 @@ import pyarrow.parquet as pq
 from distppo.config import SweepConfig
 from distppo.distributed.resources import trial_bundles
 from distppo.errors import ConfigError, UserError
+from distppo.sweep import lease as sweep_lease
 from distppo.sweep.layout import FAULTS, RUNS, SWEEP_JSON, TRIAL_JSON, filesystem, first_line
 from distppo.sweep.schedule import lpt_makespan
 from distppo.telemetry.faultlog import FaultLog
@@ -39,14 +42,18 @@ STATUS_COLUMNS = ("iteration", "global_step", "wall_clock_s", "sps", "runner_res
 RECENT_ROWS = 5  # current SPS: over the last rows, not the run's mean
 RESULT_TAIL_BYTES = 64 * 1024  # the end of result.json is enough for its last rows
 STATE_RULES = (
-    "done: its newest complete run copy says finished (or Tune says TERMINATED)",
+    "done: its newest complete run copy says finished (or Tune says TERMINATED and its rows "
+    "reach the last iteration)",
     "failed: Tune's experiment state says ERROR (out of restarts), and no finished copy",
     "running: started (rows, or Tune says RUNNING) while the driver is alive",
-    "killed: started and unfinished while no driver is alive (the sweep needs --resume)",
+    "stopped: started and unfinished while no driver is alive (interrupted or killed; the "
+    "sweep needs --resume), as trials.parquet says of a trial an interrupt stopped",
     "pending: not started yet",
-    "the driver is alive when a sweep file (experiment state, a trial's result.json or run "
-    "copy, a lease) changed within --stale-after seconds",
+    "the driver is alive while it holds the sweep's lease (a local folder, S3); where that "
+    "cannot be told, while a sweep file (experiment state, a trial's result.json or run copy) "
+    "changed within --stale-after seconds",
 )
+STATES = ("done", "running", "pending", "failed", "stopped")
 
 
 @dataclass
@@ -113,7 +120,9 @@ def read_status(uri: str, stale_after_s: float = STALE_AFTER_S,
     tune_state, mtimes = _tune_state(fs, root), _mtimes(fs, root)
     seen = max(mtimes.values(), default=None)
     seen_ago = None if seen is None else max(now - seen, 0.0)
-    alive = seen_ago is not None and seen_ago <= stale_after_s
+    alive = sweep_lease.held(fs, root, now)
+    if alive is None:
+        alive = seen_ago is not None and seen_ago <= stale_after_s
     trials = [_trial(fs, root, cfg, point, tune_state.get(point, {}), alive)
               for point in cfg.grid()]
     return _summarise(uri, cfg, trials, alive, seen_ago, fs, root, now)
@@ -129,17 +138,19 @@ def _trial(fs, root: str, cfg: SweepConfig, point: tuple, tune: dict, alive: boo
     rows = rows + newer
     last = rows[-1] if rows else {}
     tune_status = tune.get("status")
-    if record.get("finished") or tune_status == "TERMINATED":
+    total = tcfg.ppo.total_timesteps
+    step = int(last.get("global_step", 0))
+    # Tune also says TERMINATED of the trials it stops when the sweep is interrupted
+    if record.get("finished") or (tune_status == "TERMINATED"
+                                  and int(last.get("iteration", 0)) >= tcfg.num_iterations):
         state = "done"
     elif tune_status == "ERROR":
         state = "failed"
-    elif rows or tune_status == "RUNNING":
-        state = "running" if alive else "killed"
+    elif rows or tune_status in ("RUNNING", "TERMINATED"):
+        state = "running" if alive else "stopped"
     else:
         state = "pending"
     wall = max(float(record.get("elapsed_s", 0.0)), float(last.get("trial_elapsed_s", 0.0)))
-    total = tcfg.ppo.total_timesteps
-    step = int(last.get("global_step", 0))
     sps = _recent_sps(rows)
     eta = (total - step) / sps if state == "running" and sps else None
     return TrialStatus(
@@ -153,8 +164,7 @@ def _trial(fs, root: str, cfg: SweepConfig, point: tuple, tune: dict, alive: boo
 
 
 def _summarise(uri, cfg, trials, alive, seen_ago, fs, root, now) -> SweepStatus:
-    counts = {s: sum(t.state == s for t in trials)
-              for s in ("done", "running", "pending", "failed", "killed")}
+    counts = {s: sum(t.state == s for t in trials) for s in STATES}
     gpus = sum(b.get("GPU", 0.0) for b in trial_bundles(cfg.train, cfg.trial_cpus))
     trial_s = sum(t.wall_clock_s for t in trials)
     if cfg.max_concurrent_trials:
@@ -178,7 +188,7 @@ def _summarise(uri, cfg, trials, alive, seen_ago, fs, root, now) -> SweepStatus:
 
 def _remaining(trials: list, slots: int) -> Optional[float]:
     """Seconds until the last trial ends: running trials hold their slots for their ETA, the
-    rest (pending, killed: resumed) at the measured SPS of their game, else the sweep's mean.
+    rest (pending, stopped: resumed) at the measured SPS of their game, else the sweep's mean.
     None while nothing has been measured."""
     measured = [t for t in trials if t.sps_mean]
     if not measured:
@@ -191,7 +201,7 @@ def _remaining(trials: list, slots: int) -> Optional[float]:
     for t in trials:
         if t.state == "running" and t.eta_s is not None:
             busy.append(t.eta_s)
-        elif t.state in ("pending", "killed", "running"):
+        elif t.state in ("pending", "stopped", "running"):
             rates = by_game.get((t.env_id, t.algo))
             sps = sum(rates) / len(rates) if rates else mean
             todo.append((t.total_timesteps - t.global_step) / sps)
@@ -288,8 +298,7 @@ def _mtimes(fs, root: str) -> dict:
     out = {}
     for info in fs.get_file_info(pafs.FileSelector(root, allow_not_found=True)):
         name = posixpath.basename(info.path)
-        if info.type == pafs.FileType.File and (name.startswith("experiment_state-")
-                                                 or "lease" in name.lower()):
+        if info.type == pafs.FileType.File and name.startswith("experiment_state-"):
             out[info.path] = info.mtime.timestamp() if info.mtime else None
         elif info.type == pafs.FileType.Directory and name != RUNS:
             out[info.path] = _mtime(fs, posixpath.join(info.path, "result.json"))
@@ -349,13 +358,13 @@ def format_status(s: SweepStatus) -> str:
             f"{t.restarts:>8d} {t.node[:12]:12s} {_hms(t.eta_s):>8s}")
     c = s.counts
     lines.append(f"trials: {c['done']}/{len(s.trials)} done, {c['running']} running, "
-                 f"{c['pending']} pending, {c['failed']} failed, {c['killed']} killed")
+                 f"{c['pending']} pending, {c['failed']} failed, {c['stopped']} stopped")
     lines.append(f"GPU-hours so far: {s.gpu_hours:,.2f} (trial hours {s.trial_hours:,.3f} x "
                  f"{s.gpus_per_trial:g} GPU per trial)")
     lines.append(f"remaining: {_hms(s.remaining_s)}, makespan estimate {_hms(s.makespan_s)} "
                  f"({s.concurrency} trial(s) at once, from {s.concurrency_from}; measured SPS "
                  "per game, else the sweep's mean; LPT scheduling)")
-    if s.counts["killed"]:
+    if s.counts["stopped"]:
         lines.append("no driver is alive: continue the sweep with `distppo sweep --storage "
                      "<storage> --name <name> --resume`")
     return "\n".join(lines)
