@@ -69,6 +69,11 @@ def test_second_driver_refused_locally(tmp_path):
     assert sweep_lease.held(fs, root) is True
     lease.release()
     assert sweep_lease.held(fs, root) is False
+    assert (tmp_path / "busy" / ".sweep.lease").read_bytes() == b""  # released: no holder named
+    # free, but naming a driver on another host: its lock may not reach this one (an NFS
+    # without shared locks), so status falls back to the files' age
+    (tmp_path / "busy" / ".sweep.lease").write_text(json.dumps({"pid": 1, "host": "elsewhere"}))
+    assert sweep_lease.held(fs, root) is None
 
 
 def test_s3_lease_expiry_renewal_force(s3_server, monkeypatch):
@@ -102,13 +107,18 @@ def test_s3_lease_expiry_renewal_force(s3_server, monkeypatch):
     # A driver killed without releasing: its lease blocks until it expires or --force-unlock.
     with fs.open_output_stream(key) as f:
         f.write(json.dumps({"pid": 1, "host": "dead", "expires": time.time() + 3600}).encode())
+    assert sweep_lease.held(fs, root) is True  # unexpired: status waits for the expiry
     proc = run_cli("sweep", "--games", "CartPole-v1", "--seeds", "1", *TINY, "--storage",
                    "s3://sweeps-bucket/sweeps", "--name", "lease", timeout=120)
     assert_one_line_error(proc, "being run by another driver", "pid 1 on dead")
     forced = sweep_lease.acquire(storage, force=True)
     forced.release()
     with fs.open_output_stream(key) as f:
+        f.write(json.dumps({"pid": 1, "host": "dead", "expires": "soon"}).encode())
+    assert sweep_lease.held(fs, root) is None  # not a lease this version wrote: cannot tell
+    with fs.open_output_stream(key) as f:
         f.write(json.dumps({"pid": 1, "host": "dead", "expires": time.time() - 1}).encode())
+    assert sweep_lease.held(fs, root) is False
     expired = sweep_lease.acquire(storage)
     assert expires() > time.time()
     expired.release()

@@ -2,8 +2,9 @@
 
     distppo status <storage>/<name> [--watch SECONDS] [--json] [--stale-after SECONDS]
 
-Read-only: it never writes to the sweep, never takes its lease, needs neither Ray nor the
-driver, and works on a running, finished or killed sweep, local or on s3://.
+Read-only: it never writes to the sweep, only tests whether its lease is held (sweep/lease.py
+`held`), needs neither Ray nor the driver, and works on a running, finished or killed sweep,
+local or on s3://.
 """
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ def add_parser(sub) -> None:
                    help="print again every SECONDS until interrupted")
     p.add_argument("--json", action="store_true", help="one JSON object (per look) on stdout")
     p.add_argument("--stale-after", type=float, default=None, metavar="SECONDS",
-                   help="where the sweep's lease cannot tell (no lease file, gs://), the "
+                   help="where the sweep's lease cannot tell (gs://, an old or foreign one), the "
                         "driver counts as alive while a sweep file changed within this many "
                         "seconds (default: 300; Tune syncs results to object stores every few "
                         "minutes)")

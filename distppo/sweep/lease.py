@@ -15,8 +15,8 @@ into the same storage (issue 14). So:
 The refusal is one line naming the holder and what to do.
 
 `held()` tells readers (`distppo status`) whether a driver holds the lease now, without taking
-it: a driver that ended, cleanly or killed, is seen at once instead of after minutes without
-writes.
+it: a driver that ended or was killed is seen at once (S3: a killed one within LEASE_TTL_S)
+instead of after minutes without writes.
 """
 from __future__ import annotations
 
@@ -30,8 +30,6 @@ import time
 import urllib.parse
 import uuid
 from typing import Optional
-
-import pyarrow.fs as pafs
 
 from distppo.errors import UserError
 from distppo.sweep.layout import first_line
@@ -96,6 +94,10 @@ class LocalLease:
 
     def release(self) -> None:
         if self.fd >= 0:
+            try:  # emptied while still locked: a released lease names no holder (`held`)
+                os.ftruncate(self.fd, 0)
+            except OSError:
+                pass
             os.close(self.fd)  # the file stays: removing it would race a second locker
             self.fd = -1
 
@@ -180,38 +182,58 @@ class S3Lease:
 
 def held(fs, root: str, now: Optional[float] = None) -> Optional[bool]:
     """Whether a driver holds the lease of the sweep in `root` now: True or False, or None when
-    this storage cannot tell (no lease file, a scheme without a lease, an unreadable one).
+    this storage cannot tell (a local folder without a lease file, or whose free lease names
+    another host, a scheme without a lease, an unreadable lease).
 
-    Local: a shared flock tried without waiting and dropped at once (so a lease held over NFS
-    by another host is seen too); it writes nothing. S3: the lease object is there with an
-    expiry still ahead (a driver deletes it when it ends; a killed one stops renewing it)."""
+    Local: a shared flock tried without waiting and dropped at once; it writes nothing. A lock
+    is seen from another host only where the file system shares flocks (NFSv4, not an NFS
+    mounted `nolock` or Lustre's `localflock`), so a free lease that still names another host
+    (a clean release empties it) cannot tell. S3: the lease object is there with its expiry
+    ahead: a driver deletes it when it ends, a killed one stops renewing it (seen within
+    LEASE_TTL_S)."""
     path = f"{root.rstrip('/')}/{LEASE_NAME}"
-    if isinstance(fs, pafs.LocalFileSystem):
+    kind = getattr(fs, "type_name", "")
+    if kind == "local":
         try:
             fd = os.open(path, os.O_RDONLY)
         except OSError:
             return None
         try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return True
             fcntl.flock(fd, fcntl.LOCK_UN)
+            holder = _parse(os.pread(fd, 4096, 0))
+            if holder.get("host", socket.gethostname()) != socket.gethostname():
+                return None
             return False
-        except BlockingIOError:
-            return True
         except OSError:
             return None
         finally:
             os.close(fd)
-    if isinstance(fs, pafs.S3FileSystem):
+    if kind == "s3":
         try:
-            if fs.get_file_info(path).type == pafs.FileType.NotFound:
-                return False
             with fs.open_input_stream(path) as f:
-                holder = json.loads(f.readall() or b"{}")
-        except (OSError, ValueError):
+                holder = _parse(f.readall())
+        except FileNotFoundError:
+            return False
+        except OSError:
             return None
-        expires = holder.get("expires", 0) if isinstance(holder, dict) else 0
-        return float(expires) > (time.time() if now is None else now)
+        try:
+            return float(holder.get("expires", 0)) > (time.time() if now is None else now)
+        except (TypeError, ValueError):
+            return None
     return None
+
+
+def _parse(body: bytes) -> dict:
+    """A lease file's holder; {} when it is empty (released) or not a JSON object."""
+    try:
+        holder = json.loads(body or b"{}")
+    except ValueError:
+        return {}
+    return holder if isinstance(holder, dict) else {}
 
 
 def release(lease: Optional[object]) -> None:

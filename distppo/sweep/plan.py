@@ -58,7 +58,7 @@ class Figure:
 
 
 def rates_from_sweep(uri: str) -> Rates:
-    """SPS of every trial of a sweep that has rows (done, running or killed alike), and the
+    """SPS of every trial of a sweep that has rows (done, running or stopped alike), and the
     seconds a trial costs beyond training: inside the trial (wall-clock minus steps / SPS, of
     its done trials) and, when the sweep ended with --max-concurrent-trials set, between
     trials (Tune's worker start and scheduling: slot time makespan x slots not spent in trials,

@@ -45,13 +45,13 @@ STATE_RULES = (
     "done: its newest complete run copy says finished (or Tune says TERMINATED and its rows "
     "reach the last iteration)",
     "failed: Tune's experiment state says ERROR (out of restarts), and no finished copy",
-    "running: started (rows, or Tune says RUNNING) while the driver is alive",
+    "running: started (rows, or Tune says RUNNING or TERMINATED) while the driver is alive",
     "stopped: started and unfinished while no driver is alive (interrupted or killed; the "
     "sweep needs --resume), as trials.parquet says of a trial an interrupt stopped",
     "pending: not started yet",
     "the driver is alive while it holds the sweep's lease (a local folder, S3); where that "
-    "cannot be told, while a sweep file (experiment state, a trial's result.json or run copy) "
-    "changed within --stale-after seconds",
+    "cannot be told, while a sweep file (experiment state, a trial's result.json or run copy, "
+    "a lease) changed within --stale-after seconds",
 )
 STATES = ("done", "running", "pending", "failed", "stopped")
 
@@ -298,7 +298,9 @@ def _mtimes(fs, root: str) -> dict:
     out = {}
     for info in fs.get_file_info(pafs.FileSelector(root, allow_not_found=True)):
         name = posixpath.basename(info.path)
-        if info.type == pafs.FileType.File and name.startswith("experiment_state-"):
+        # an S3 lease is rewritten every LEASE_TTL_S / 3 by a live driver
+        if info.type == pafs.FileType.File and (name.startswith("experiment_state-")
+                                                 or "lease" in name.lower()):
             out[info.path] = info.mtime.timestamp() if info.mtime else None
         elif info.type == pafs.FileType.Directory and name != RUNS:
             out[info.path] = _mtime(fs, posixpath.join(info.path, "result.json"))
