@@ -27,6 +27,7 @@ class _QuietOwnClusterAuth(logging.Filter):
 
 
 RAY_AUTH_LOGGER = "ray._private.authentication.authentication_token_setup"
+_QUIET_AUTH = _QuietOwnClusterAuth()  # one instance: addFilter keeps it once
 
 
 def connect(min_cpus: float = 0.0, dashboard: bool = False) -> None:
@@ -41,9 +42,7 @@ def connect(min_cpus: float = 0.0, dashboard: bool = False) -> None:
         kwargs["address"] = "local"  # a new Ray even where another one runs on this machine
         kwargs["include_dashboard"] = dashboard
         kwargs["num_cpus"] = max(os.cpu_count() or 1, int(min_cpus + 0.999))
-        auth_log = logging.getLogger(RAY_AUTH_LOGGER)
-        if not any(isinstance(f, _QuietOwnClusterAuth) for f in auth_log.filters):
-            auth_log.addFilter(_QuietOwnClusterAuth())
+        logging.getLogger(RAY_AUTH_LOGGER).addFilter(_QUIET_AUTH)
         reaper.watch()
     ray.init(**kwargs)
     stop_on_sigterm()  # ray.init put Ray's stack-dumping handler in its place

@@ -64,6 +64,19 @@ def acquire(storage, force: bool = False):
     return None
 
 
+def _lock_exclusive(fd: int) -> bool:
+    """flock(LOCK_EX) without blocking, tried ACQUIRE_TRIES times: False while another holds it."""
+    for attempt in range(ACQUIRE_TRIES):
+        if attempt:
+            time.sleep(ACQUIRE_RETRY_S)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            pass
+    return False
+
+
 class LocalLease:
     def __init__(self, path: str, uri: str, force: bool) -> None:
         os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -73,22 +86,10 @@ class LocalLease:
             except FileNotFoundError:
                 pass
         self.fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            for attempt in range(ACQUIRE_TRIES):
-                try:
-                    fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                except BlockingIOError:
-                    if attempt == ACQUIRE_TRIES - 1:
-                        raise
-                    time.sleep(ACQUIRE_RETRY_S)
-        except BlockingIOError:
-            try:
-                holder = json.loads(os.pread(self.fd, 4096, 0) or b"{}")
-            except ValueError:
-                holder = {}
+        if not _lock_exclusive(self.fd):
+            holder = _parse(os.pread(self.fd, 4096, 0))
             os.close(self.fd)
-            raise _refusal(uri, holder) from None
+            raise _refusal(uri, holder)
         os.ftruncate(self.fd, 0)
         os.pwrite(self.fd, json.dumps(_holder()).encode(), 0)
 
@@ -143,10 +144,7 @@ class S3Lease:
             if self._code(exc) not in ("PreconditionFailed", "412", "ConditionalRequestConflict"):
                 raise UserError(f"sweep lease {self.uri}/{LEASE_NAME}: {first_line(exc)}") from None
         got = self.s3.get_object(Bucket=self.bucket, Key=self.key)
-        try:
-            holder = json.loads(got["Body"].read())
-        except ValueError:
-            holder = {}
+        holder = _parse(got["Body"].read())
         if not force and holder.get("expires", 0) > time.time():
             raise _refusal(self.uri, holder)
         try:  # expired or forced: take it over, unless another driver did so first

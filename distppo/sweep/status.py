@@ -139,10 +139,10 @@ def _trial(fs, root: str, cfg: SweepConfig, point: tuple, tune: dict, alive: boo
     last = rows[-1] if rows else {}
     tune_status = tune.get("status")
     total = tcfg.ppo.total_timesteps
-    step = int(last.get("global_step", 0))
+    step, iteration = int(last.get("global_step", 0)), int(last.get("iteration", 0))
     # Tune also says TERMINATED of the trials it stops when the sweep is interrupted
     if record.get("finished") or (tune_status == "TERMINATED"
-                                  and int(last.get("iteration", 0)) >= tcfg.num_iterations):
+                                  and iteration >= tcfg.num_iterations):
         state = "done"
     elif tune_status == "ERROR":
         state = "failed"
@@ -155,7 +155,7 @@ def _trial(fs, root: str, cfg: SweepConfig, point: tuple, tune: dict, alive: boo
     eta = (total - step) / sps if state == "running" and sps else None
     return TrialStatus(
         trial_id=tid, env_id=point[0], algo=point[1], seed=point[2], state=state,
-        iteration=int(last.get("iteration", 0)), num_iterations=tcfg.num_iterations,
+        iteration=iteration, num_iterations=tcfg.num_iterations,
         global_step=step, total_timesteps=total, sps=sps, sps_mean=_num(last.get("sps")),
         restarts=int(last.get("runner_restarts", 0) or 0),
         trial_restarts=max(int(tune.get("num_failures", 0)), FaultLog(
