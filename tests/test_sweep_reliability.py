@@ -7,6 +7,7 @@ sweeps through the CLI on the session's Ray cluster.
 """
 from __future__ import annotations
 
+import errno
 import json
 import os
 import signal
@@ -74,6 +75,22 @@ def test_second_driver_refused_locally(tmp_path):
     # without shared locks), so status falls back to the files' age
     (tmp_path / "busy" / ".sweep.lease").write_text(json.dumps({"pid": 1, "host": "elsewhere"}))
     assert sweep_lease.held(fs, root) is None
+
+
+def test_file_system_without_locks_runs_without_a_lease(tmp_path, monkeypatch, capsys):
+    # An NFS mounted `nolock` answers flock with ENOLCK (no such mount here, so flock says it):
+    # the sweep runs without a lease, said in one line, the descriptor closed.
+    def no_locks(fd, op):
+        raise OSError(errno.ENOLCK, os.strerror(errno.ENOLCK))
+
+    fds = set(os.listdir("/proc/self/fd"))
+    monkeypatch.setattr(sweep_lease.fcntl, "flock", no_locks)
+    assert sweep_lease.acquire(SweepStorage(str(tmp_path), "nfs")) is None
+    assert set(os.listdir("/proc/self/fd")) == fds
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no file locks (No locks available)" in err, err
+    assert "do not run two drivers" in err
+    assert sweep_lease.held(pafs.LocalFileSystem(), str(tmp_path / "nfs")) is None  # cannot tell
 
 
 def test_s3_lease_expiry_renewal_force(s3_server, monkeypatch):

@@ -10,7 +10,8 @@ into the same storage (issue 14). So:
 - S3: an object created only if absent (PUT If-None-Match: *), holding an expiry that the
   running driver renews every LEASE_TTL_S / 3 (PUT If-Match: its ETag). A driver killed without
   a chance to delete it blocks others until the expiry passes; `--force-unlock` takes it at once.
-- Any other URI scheme (gs://, ...): no lease, said in one line.
+- Any other URI scheme (gs://, ...), or a folder whose file system has no locks (an NFS
+  mounted `nolock` answers flock with ENOLCK): no lease, said in one line.
 
 The refusal is one line naming the holder and what to do.
 
@@ -20,6 +21,7 @@ instead of after minutes without writes.
 """
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import os
@@ -52,11 +54,20 @@ def _refusal(uri: str, holder: dict) -> UserError:
                      "it; if it is dead, add --force-unlock")
 
 
+class NoLocks(OSError):
+    """flock is not available on the lease file's file system (ENOLCK, ENOSYS, EOPNOTSUPP)."""
+
+
 def acquire(storage, force: bool = False):
     """The sweep's lease (LocalLease, S3Lease or None for schemes without one), or UserError."""
     scheme = storage.storage.split("://", 1)[0] if "://" in storage.storage else "file"
     if scheme == "file":
-        return LocalLease(storage.join(LEASE_NAME), storage.uri, force)
+        try:
+            return LocalLease(storage.join(LEASE_NAME), storage.uri, force)
+        except NoLocks as exc:
+            print(f"distppo: no sweep lease: this file system has no file locks "
+                  f"({exc.strerror}): do not run two drivers on {storage.uri}", file=sys.stderr)
+            return None
     if scheme == "s3":
         return S3Lease(storage, force)
     print(f"distppo: no sweep lease on {scheme}:// storage: do not run two drivers on "
@@ -74,6 +85,10 @@ def _lock_exclusive(fd: int) -> bool:
             return True
         except BlockingIOError:
             pass
+        except OSError as exc:
+            if exc.errno in (errno.ENOLCK, errno.ENOSYS, errno.EOPNOTSUPP):
+                raise NoLocks(exc.errno, exc.strerror) from None
+            raise
     return False
 
 
@@ -86,7 +101,12 @@ class LocalLease:
             except FileNotFoundError:
                 pass
         self.fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        if not _lock_exclusive(self.fd):
+        try:
+            locked = _lock_exclusive(self.fd)
+        except OSError:
+            os.close(self.fd)
+            raise
+        if not locked:
             holder = _parse(os.pread(self.fd, 4096, 0))
             os.close(self.fd)
             raise _refusal(uri, holder)
