@@ -2,6 +2,8 @@
 import os
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import pytest
 
@@ -50,6 +52,41 @@ def run_cli(*args, timeout=300, env=None, cwd=None):
     return subprocess.run([sys.executable, "-m", "distppo", *map(str, args)],
                           capture_output=True, text=True, timeout=timeout, env=full_env,
                           cwd=cwd or REPO)
+
+
+class LiveCli:
+    """`distppo <args>` running as a subprocess (a sweep's driver), its output in `log`."""
+
+    def __init__(self, log, *args):
+        self.log = log
+        self._out = open(log, "w")
+        self.proc = subprocess.Popen([sys.executable, "-m", "distppo", *map(str, args)],
+                                     cwd=REPO, stdout=self._out, stderr=subprocess.STDOUT,
+                                     env=dict(os.environ, PYTHONUNBUFFERED="1"))
+
+    def __enter__(self) -> "LiveCli":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=30)
+        self._out.close()
+
+    def assert_alive(self) -> None:
+        assert self.proc.poll() is None, self.output()[-3000:]
+
+    def output(self) -> str:
+        return Path(self.log).read_text()
+
+
+def wait_for_free_cpus(expected: float, timeout: float = 60.0) -> None:
+    """A killed driver's trials die with it; wait until Ray has released their bundles."""
+    import ray
+    deadline = time.time() + timeout
+    while ray.available_resources().get("CPU", 0.0) < expected - 1e-6:
+        assert time.time() < deadline, f"bundles not released: {ray.available_resources()}"
+        time.sleep(0.5)
 
 
 @pytest.fixture

@@ -3,18 +3,15 @@ after its driver is SIGKILLed, the same files on a loopback S3 server; read-only
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pyarrow.fs as pafs
 import pytest
 
-from conftest import REPO, assert_one_line_error, run_cli
+from conftest import LiveCli, assert_one_line_error, run_cli, wait_for_free_cpus
 
 # 1 trial at a time, ~0.05 s iterations of 128 steps, a run copy every 5 iterations
 SWEEP = ["sweep", "--games", "CartPole-v1", "Acrobot-v1", "--seeds", "1", "--backend", "gym",
@@ -34,26 +31,14 @@ def files_of(root: Path) -> dict:
             if p.is_file()}
 
 
-def wait_for_free_cpus(expected: float, timeout: float = 60.0) -> None:
-    """The killed driver's trials die with it; wait until Ray has released their bundles."""
-    import ray
-    deadline = time.time() + timeout
-    while ray.available_resources().get("CPU", 0.0) < expected - 1e-6:
-        assert time.time() < deadline, f"bundles not released: {ray.available_resources()}"
-        time.sleep(0.5)
-
-
 def test_status_of_a_running_then_killed_sweep(ray_cluster, tmp_path, s3_server):
     sweep_dir = tmp_path / "live"
-    log = open(tmp_path / "driver.log", "w")
-    driver = subprocess.Popen([sys.executable, "-m", "distppo", *SWEEP, "--storage",
-                               str(tmp_path), "--name", "live"], cwd=REPO, stdout=log,
-                              stderr=subprocess.STDOUT, env=dict(os.environ, PYTHONUNBUFFERED="1"))
-    try:
+    with LiveCli(tmp_path / "driver.log", *SWEEP, "--storage", tmp_path, "--name", "live") as live:
+        driver = live.proc
         # 1. while it runs: a running trial with rows, the other pending
         deadline, seen = time.time() + 240, None
         while seen is None:
-            assert driver.poll() is None, (tmp_path / "driver.log").read_text()[-3000:]
+            live.assert_alive()
             assert time.time() < deadline, "no running trial with rows in time"
             if (sweep_dir / "sweep.json").exists():
                 s = status(sweep_dir)
@@ -77,10 +62,6 @@ def test_status_of_a_running_then_killed_sweep(ray_cluster, tmp_path, s3_server)
         # 2. SIGKILL the driver mid-sweep
         driver.send_signal(signal.SIGKILL)
         driver.wait(timeout=30)
-    finally:
-        if driver.poll() is None:
-            driver.kill()
-        log.close()
     assert driver.returncode == -signal.SIGKILL
     wait_for_free_cpus(4.0)
     before = files_of(sweep_dir)

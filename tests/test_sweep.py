@@ -22,7 +22,7 @@ import pytest
 from distppo.telemetry import schema as metrics
 from distppo.telemetry.schema import SWEEP_ITERATION_SCHEMA, TRIAL_SCHEMA
 
-from conftest import REPO, run_cli
+from conftest import REPO, LiveCli, run_cli, wait_for_free_cpus
 
 # 2 iterations of 2 envs x 16 steps; half a CPU per bundle so two trials share the 4-CPU cluster.
 TINY = ["--backend", "gym", "--num-envs", "2", "--num-steps", "16", "--num-minibatches", "2",
@@ -57,15 +57,6 @@ def run_copies(sweep_dir: Path, trial_id: str) -> dict:
 def final_trial_json(sweep_dir: Path, trial_id: str) -> dict:
     latest = sorted((sweep_dir / "runs" / trial_id).iterdir())[-1]
     return json.loads((latest / "trial.json").read_text())
-
-
-def wait_for_free_cpus(expected: float, timeout: float = 60.0) -> None:
-    """Trials of a killed driver die with it; wait until Ray has released their bundles."""
-    import ray
-    deadline = time.time() + timeout
-    while ray.available_resources().get("CPU", 0.0) < expected - 1e-6:
-        assert time.time() < deadline, f"bundles not released: {ray.available_resources()}"
-        time.sleep(0.5)
 
 
 # --- 1. a grid finishes ------------------------------------------------------------------------
@@ -117,16 +108,13 @@ def test_killed_driver_resumes_without_rerunning_finished_trials(ray_cluster, tm
             "4", "--total-timesteps", str(30 * 2 * 64), "--local", "--max-concurrent-trials", "1",
             "--outputs-every-s", "0", "--storage", str(tmp_path), "--name", "kill"]
     sweep_dir = tmp_path / "kill"
-    log = open(tmp_path / "driver.log", "w")
-    driver = subprocess.Popen([sys.executable, "-m", "distppo", *args], cwd=REPO,
-                              stdout=log, stderr=subprocess.STDOUT,
-                              env=dict(os.environ, PYTHONUNBUFFERED="1"))
-    try:
+    with LiveCli(tmp_path / "driver.log", *args) as live:
+        driver = live.proc
         # A second driver on the running sweep (a double submission) is refused: issue 14.
         # Checked first: it takes seconds, in which the trials below would run on.
         deadline = time.time() + 300
         while not (sweep_dir / ".sweep.lease").exists():
-            assert driver.poll() is None, (tmp_path / "driver.log").read_text()[-3000:]
+            live.assert_alive()
             assert time.time() < deadline, "the driver took no lease in time"
             time.sleep(0.1)
         second = run_cli("sweep", "--storage", tmp_path, "--name", "kill", "--resume",
@@ -135,7 +123,7 @@ def test_killed_driver_resumes_without_rerunning_finished_trials(ray_cluster, tm
             second.stderr[-3000:])
         finished, running = None, None
         while running is None:
-            assert driver.poll() is None, (tmp_path / "driver.log").read_text()[-3000:]
+            live.assert_alive()
             assert time.time() < deadline, "no trial finished and another checkpointed in time"
             time.sleep(0.1)
             done = []
@@ -153,10 +141,6 @@ def test_killed_driver_resumes_without_rerunning_finished_trials(ray_cluster, tm
         assert driver.poll() is None
         driver.send_signal(signal.SIGKILL)
         driver.wait(timeout=30)
-    finally:
-        if driver.poll() is None:
-            driver.kill()
-        log.close()
     assert driver.returncode == -signal.SIGKILL
     # The driver died mid-sweep, yet its outputs are current up to the last checkpoints
     # (issue 14): the finished trial's rows are all there, and the sweep can be reported.
@@ -196,24 +180,17 @@ def test_sigterm_stops_the_sweep_unfinished_and_resume_finishes_it(ray_cluster, 
             str(n * 2 * 64), "--local", "--outputs-every-s", "0", "--storage", str(tmp_path),
             "--name", "term"]
     sweep_dir, trial = tmp_path / "term", "CartPole-v1__ppo__1"
-    log = open(tmp_path / "driver.log", "w")
-    driver = subprocess.Popen([sys.executable, "-m", "distppo", *args], cwd=REPO,
-                              stdout=log, stderr=subprocess.STDOUT,
-                              env=dict(os.environ, PYTHONUNBUFFERED="1"))
-    try:
+    with LiveCli(tmp_path / "driver.log", *args) as live:
+        driver = live.proc
         deadline = time.time() + 300
         while not any(5 <= int(p.parent.name) < n  # [0-9]*: not a copy still being staged
                       for p in sweep_dir.glob(f"runs/{trial}/[0-9]*/trial.json")):
-            assert driver.poll() is None, (tmp_path / "driver.log").read_text()[-3000:]
+            live.assert_alive()
             assert time.time() < deadline, "the trial wrote no copy past iteration 5 in time"
             time.sleep(0.1)
         driver.send_signal(signal.SIGTERM)
         driver.wait(timeout=120)
-    finally:
-        if driver.poll() is None:
-            driver.kill()
-        log.close()
-    out = (tmp_path / "driver.log").read_text()
+    out = live.output()
     assert driver.returncode == 130, out[-3000:]
     assert "Traceback" not in out and "SIGTERM received" not in out, out[-3000:]
     assert f"sweep interrupted: continue it with --storage {tmp_path} --name term --resume" in out
