@@ -28,13 +28,14 @@ RUNS = {
 # does not pin the float kernels: on an Intel AVX512 CPU (a Sapphire Rapids VM) MKL and oneDNN
 # take other code paths than on the AMD EPYC one and the losses differ in the 4th digit.
 GENERATED_ON = ("AuthenticAMD", "AVX512")
+EXACT = ["iteration", "global_step", "episodes"]
 
 
 def cpu_kind() -> tuple:
-    vendor = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo")
-                   if line.startswith("vendor_id")), "unknown")
+    with open("/proc/cpuinfo") as f:
+        vendor = next((line.split(":", 1)[1].strip() for line in f
+                       if line.startswith("vendor_id")), "unknown")
     return vendor, torch.backends.cpu.get_cpu_capability()
-EXACT = ["iteration", "global_step", "episodes"]
 
 
 @pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n.startswith("ray")

@@ -59,20 +59,23 @@ class NoLocks(OSError):
 
 
 def acquire(storage, force: bool = False):
-    """The sweep's lease (LocalLease, S3Lease or None for schemes without one), or UserError."""
+    """The sweep's lease (LocalLease, S3Lease, or None where there is none: said in one line),
+    or UserError."""
     scheme = storage.storage.split("://", 1)[0] if "://" in storage.storage else "file"
     if scheme == "file":
         try:
             return LocalLease(storage.join(LEASE_NAME), storage.uri, force)
         except NoLocks as exc:
-            print(f"distppo: no sweep lease: this file system has no file locks "
-                  f"({exc.strerror}): do not run two drivers on {storage.uri}", file=sys.stderr)
-            return None
+            return _no_lease(f": this file system has no file locks ({exc.strerror})",
+                             storage.uri)
     if scheme == "s3":
         return S3Lease(storage, force)
-    print(f"distppo: no sweep lease on {scheme}:// storage: do not run two drivers on "
-          f"{storage.uri}", file=sys.stderr)
-    return None
+    return _no_lease(f" on {scheme}:// storage", storage.uri)
+
+
+def _no_lease(why: str, uri: str) -> None:
+    """The one line of a sweep that runs without a lease; None, the lease it has."""
+    print(f"distppo: no sweep lease{why}: do not run two drivers on {uri}", file=sys.stderr)
 
 
 def _lock_exclusive(fd: int) -> bool:
