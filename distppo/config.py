@@ -29,7 +29,7 @@ RESUME_SAFE = ("total_timesteps", "local", "device", "cuda", "num_env_runners", 
                "runner_cpus", "num_threads", "runner_max_restarts", "learner_cpus",
                "learner_gpus", "runner_device", "runner_gpus", "capture_video",
                "checkpoint_every", "keep_checkpoints", "log_every", "channels_last", "compile",
-               "fused_lstm", "omp_spincount")
+               "fused_lstm", "omp_spincount", "malloc_reuse")
 
 
 @dataclass(frozen=True)
@@ -140,6 +140,11 @@ class RunnerConfig:
     libgomp's own (300,000, as CleanRL runs). Set before torch loads, by `distppo train` and
     `distppo sweep` for themselves and the local Ray they start; a GOMP_SPINCOUNT already in the
     environment wins, and on a cluster joined through RAY_ADDRESS the nodes' environment does"""
+    malloc_reuse: bool = True
+    """glibc malloc keeps the memory torch frees for the next minibatch instead of returning it
+    to the kernel and faulting it in again (mallopt: mmap threshold 1 GiB, no trim), in every
+    process of the run (core/threads.py); the learning is unchanged, the heap keeps its
+    high-water mark. Off: glibc's own, as CleanRL runs. No effect off glibc"""
     overlap: bool = False
     """runners collect iteration k+1 with weights k while learners update on k (policy lag 1);
     off = CleanRL"""

@@ -13,6 +13,7 @@ from typing import Optional, Protocol
 from distppo.config import TrainConfig
 from distppo.core.rollout import RolloutBatch, RolloutMeta
 from distppo.core.sampler import make_sampler
+from distppo.core.threads import reuse_freed_memory
 from distppo.core.update import PPOLearner
 from distppo.telemetry.faultlog import OnFault
 
@@ -30,6 +31,8 @@ class BackendInfo:
     learner_threads: int = 1       # torch threads per learner process (the process, local)
     runner_threads: int = 1        # torch threads per env-runner process (the process, local)
     runner_device: str = "cpu"     # where the runners' policy copies act
+    malloc_reuse: bool = False     # freed memory kept for reuse (--malloc-reuse) in learner 0
+                                   # and runner 0 (the process, local): both applied it
 
     def summary(self) -> str:
         """The first line of a run's output: what runs where, with how many threads."""
@@ -80,6 +83,8 @@ class LocalBackend:
                  on_fault: Optional[OnFault] = None):
         if cfg.runner.num_env_runners == "auto":  # one process: one sampler steps every env
             cfg = cfg.replace(num_env_runners=1)
+        # before the envs and the learner allocate
+        self.malloc_reuse = reuse_freed_memory(cfg.runner.malloc_reuse)
         self.samplers = [make_sampler(cfg, r, video_dir)
                          for r in range(cfg.runner.num_env_runners)]
         env = self.samplers[0].env
@@ -91,7 +96,8 @@ class LocalBackend:
         device, threads = str(self.learner.device), torch.get_num_threads()
         return BackendInfo("local", len(self.samplers), 1, device, device_name(device),
                            learner_threads=threads, runner_threads=threads,
-                           runner_device=str(self.samplers[0].device))
+                           runner_device=str(self.samplers[0].device),
+                           malloc_reuse=self.malloc_reuse)
 
     def start_rollout(self, version: int) -> list[RolloutBatch]:
         start = time.perf_counter()

@@ -76,15 +76,16 @@ class RayBackend:
 
     def _describe(self) -> BackendInfo:
         runner_nodes = self._ask_runners("node_id")
-        device, gpu_name, learner_threads = self._learner_device
-        runner_threads = self._ask_runners("threads", only=0)[0]
+        device, gpu_name, learner_threads, learner_reuse = self._learner_device
+        runner_threads, runner_reuse = self._ask_runners("threads", only=0)[0]
         group = ray.get_runtime_context().get_placement_group_id()
         theirs = self._ask_runners("placement_group_id") + self._learner_groups
         return BackendInfo("ray", len(self.runners), len(self.learners), device, gpu_name,
                            runner_nodes=len(set(runner_nodes)),
                            in_placement_group=group is not None and all(t == group for t in theirs),
                            learner_threads=learner_threads, runner_threads=runner_threads,
-                           runner_device=self.cfg.runner.runner_device)
+                           runner_device=self.cfg.runner.runner_device,
+                           malloc_reuse=learner_reuse and runner_reuse)
 
     def describe(self) -> BackendInfo:
         return self._info

@@ -14,7 +14,7 @@ import torch.distributed as dist
 from distppo.config import TrainConfig
 from distppo.core.backend import device_name
 from distppo.core.rollout import RolloutBatch
-from distppo.core.threads import cores
+from distppo.core.threads import cores, reuse_freed_memory
 from distppo.core.update import GradAllReduce, PPOLearner
 from distppo.errors import UserError
 from distppo.testing import faults
@@ -28,6 +28,7 @@ class Learner:
         # Ray sets OMP_NUM_THREADS from num_cpus (1 without); torch's own count is what the
         # update uses: resources.ray_threads chose it, this machine's cores cap it.
         torch.set_num_threads(max(1, min(threads, cores())))
+        self.malloc_reuse = reuse_freed_memory(cfg.runner.malloc_reuse)
         check_gpu(cfg)
         self.core = PPOLearner(cfg, obs_shape, num_actions, cfg.seed, rank)
         faults.kill_once("learner_init")
@@ -74,10 +75,10 @@ class Learner:
         faults.kill_once("learner_load")
         self.core.load_state_dict(state)
 
-    def device(self) -> tuple[str, str, int]:
-        """(torch device, CUDA device name or "", torch threads)."""
+    def device(self) -> tuple[str, str, int, bool]:
+        """(torch device, CUDA device name or "", torch threads, --malloc-reuse applied)."""
         device = str(self.core.device)
-        return device, device_name(device), torch.get_num_threads()
+        return device, device_name(device), torch.get_num_threads(), self.malloc_reuse
 
     def placement_group_id(self) -> str | None:
         return ray.get_runtime_context().get_placement_group_id()

@@ -11,7 +11,7 @@ from ray._private.state import jobs as job_table
 from distppo.config import TrainConfig
 from distppo.core.rollout import RolloutBatch, RolloutMeta
 from distppo.core.sampler import make_sampler
-from distppo.core.threads import cores
+from distppo.core.threads import cores, reuse_freed_memory
 from distppo.errors import EnvError
 from distppo.testing import faults
 
@@ -22,6 +22,7 @@ class EnvRunner:
         # Ray sets OMP_NUM_THREADS from num_cpus (1 without); torch's own count is what
         # inference uses: resources.ray_threads chose it, this machine's cores cap it.
         torch.set_num_threads(max(1, min(threads, cores())))
+        self.malloc_reuse = reuse_freed_memory(cfg.runner.malloc_reuse)
         self.label = f"env runner {runner_index} ({cfg.env.env_id}, {cfg.env.backend})"
         # Ray runs this constructor again in a new process after the old one died; the
         # restart count picks fresh env seeds for the rebuilt envs (core/seeds.py).
@@ -50,8 +51,9 @@ class EnvRunner:
                            f"{type(exc).__name__}: {exc}") from None
         return batch.meta, batch
 
-    def threads(self) -> int:
-        return torch.get_num_threads()
+    def threads(self) -> tuple[int, bool]:
+        """(torch threads, whether freed memory is kept for reuse: --malloc-reuse applied)."""
+        return torch.get_num_threads(), self.malloc_reuse
 
     def pid(self) -> int:
         return os.getpid()
