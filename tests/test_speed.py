@@ -56,15 +56,17 @@ def test_ray_threads_take_turns_without_overlap_and_split_with_it():
     assert ray_threads(cfg, 2) == Threads(2, 2)
     assert ray_threads(cfg.replace(num_env_runners=4, num_envs=8), 16) == Threads(16, 4)
     assert ray_threads(cfg.replace(num_learners=2), 16) == Threads(8, 16)
-    # overlap: runners keep their reservation, the learners share the rest
+    # overlap: runners keep their reservation, the learners share the rest, and hand over where
+    # their share is at most half the node's: then, once the runners have delivered, the rest
     over = cfg.replace(overlap=True)
-    assert ray_threads(over, 2) == Threads(1, 1)
+    assert ray_threads(over, 2) == Threads(1, 1, handover=2)
     assert ray_threads(over, 16) == Threads(15, 1)
     assert ray_threads(over.replace(num_env_runners=4, num_envs=8, runner_cpus=2.0), 16) \
-        == Threads(8, 2)
+        == Threads(8, 2, handover=16)
+    assert ray_threads(over.replace(num_learners=2), 16) == Threads(7, 1)
     # reservations beyond the node shrink: 4 runners x 2 + 1 learner on 4 CPUs
     assert ray_threads(over.replace(num_env_runners=4, num_envs=8, runner_cpus=2.0), 4) \
-        == Threads(1, 1)
+        == Threads(1, 1, handover=4)
     # never more threads at once than CPUs (while there are at least as many CPUs as processes)
     for cpus in (2, 3, 4, 8, 16, 64):
         for n in (1, 2, 4):
@@ -72,6 +74,7 @@ def test_ray_threads_take_turns_without_overlap_and_split_with_it():
             t = ray_threads(c, cpus)
             if n + 1 <= cpus:
                 assert n * t.runner + t.learner <= cpus, (cpus, n, t)
+            assert t.handover <= cpus  # the runners wait meanwhile
     assert ray_threads(cfg.replace(num_threads="3"), 16) == Threads(3, 3)
 
 
@@ -276,6 +279,30 @@ def test_channels_last_update_gives_the_plain_update():
         torch.testing.assert_close(fast_w[k], plain_w[k], rtol=1e-4, atol=1e-6, msg=k)
 
 
+def test_update_calls_halfway_once_before_the_second_half_of_its_steps():
+    """--overlap's handover point is a minibatch step fixed by the config, not a moment: the
+    hook runs once, after update_epochs * num_minibatches // 2 optimizer steps."""
+    t, n = 8, 4
+    rng = np.random.default_rng(3)
+    batch = RolloutBatch(
+        obs=rng.standard_normal((t, n, 4)).astype(np.float32), actions=rng.integers(0, 2, (t, n)),
+        logprobs=np.full((t, n), -0.7, np.float32), values=np.zeros((t, n), np.float32),
+        rewards=np.ones((t, n), np.float32), dones=np.zeros((t, n), dtype=bool),
+        next_value=np.zeros(n, np.float32), next_done=np.zeros(n, dtype=bool))
+    for epochs, minibatches in ((4, 4), (3, 1), (1, 1)):
+        cfg = TrainConfig().replace(env_id="CartPole-v1", backend="gym", num_envs=n, num_steps=t,
+                                    update_epochs=epochs, num_minibatches=minibatches)
+        learner = PPOLearner(cfg, (4,), 2, seed=1)
+        seen = []
+
+        def halfway(learner=learner, seen=seen):  # the optimizer steps taken so far
+            state = learner.optimizer.state.values()
+            seen.append(max([int(s["step"]) for s in state] or [0]))
+
+        learner.update(batch, iteration=1, halfway=halfway)
+        assert seen == [epochs * minibatches // 2], (epochs, minibatches, seen)
+
+
 @pytest.mark.slow
 def test_compiled_update_gives_the_plain_losses_and_gradients():
     """--compile compiles the bound forward method (state_dict names stay CleanRL's)."""
@@ -330,6 +357,35 @@ def test_ray_run_says_and_records_its_threads(ray_cluster, tmp_path):
     assert (placement["learner_threads"], placement["runner_threads"]) == (want.learner, 1)
     assert rows["learner_threads"].tolist() == [want.learner] * 2
     assert placement["malloc_reuse"] is True  # applied in the learner and the runner actors
+
+
+def test_overlap_handover_gives_the_same_numbers_at_every_run(ray_cluster, tmp_path):
+    """--overlap on a small node: a learner with 1 thread runs the second half of each update
+    on the runners' cores too, once they have delivered. The switch sits at a fixed minibatch
+    step, so two runs give the same losses bit for bit; a run on 1 thread throughout gives
+    others (the handover did change the threads)."""
+    from distppo.core.threads import cores
+    if cores() < 2:
+        pytest.skip("a handover needs 2 cores")
+    # the session cluster declares 4 CPUs: a runner reserving 3 leaves the learner 1 thread
+    args = ["--env-id", "Breakout-v5", "--num-envs", "4", "--num-steps", "32",
+            "--num-minibatches", "2", "--update-epochs", "2", "--total-timesteps", "512",
+            "--overlap", "--runner-cpus", "3", "--output-dir", tmp_path]
+    losses, placements = {}, {}
+    for name, extra in (("a", []), ("b", []), ("one", ["--num-threads", "1"])):
+        proc = run_cli("train", *args, "--run-name", name, *extra, timeout=300)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        if name == "a":
+            first = [ln for ln in proc.stdout.splitlines() if ln.startswith("ray: ")][0]
+            assert "1 learner(s) on cpu, 1 thread(s) each (2 once the runners have delivered)" \
+                in first, first
+        placements[name], rows = _placement(tmp_path, name)
+        losses[name] = rows[["policy_loss", "value_loss", "entropy", "approx_kl"]].to_numpy()
+    assert placements["a"]["learner_handover_threads"] == 2
+    assert placements["one"]["learner_handover_threads"] == 0
+    assert losses["a"].shape == (4, 4)
+    assert (losses["a"] == losses["b"]).all()
+    assert not (losses["a"] == losses["one"]).all()
 
 
 def test_amp_on_a_cpu_learner_is_one_line(tmp_path):

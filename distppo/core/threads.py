@@ -13,6 +13,9 @@ class Threads:
     """torch intra-op threads per process of one run."""
     learner: int
     runner: int
+    handover: int = 0
+    """--overlap on Ray: a CPU learner's threads for the second half of each update, taken
+    once the runners have delivered the next rollout (their cores are idle then); 0: none"""
 
     def summary(self, num_runners: int, num_learners: int, local: bool) -> str:
         if local:

@@ -6,7 +6,7 @@ where ppo_atari_multigpu.py does its all-reduce.
 """
 from __future__ import annotations
 
-from typing import Optional
+from typing import Callable, Optional
 
 import numpy as np
 import torch
@@ -58,7 +58,11 @@ class GradAllReduce:
 
 def update(agent: nn.Module, optimizer: optim.Optimizer, batch: RolloutBatch, cfg: TrainConfig,
            iteration: int, rng: np.random.Generator, device: torch.device,
-           sync: Optional[GradAllReduce] = None) -> dict:
+           sync: Optional[GradAllReduce] = None, halfway: Optional[Callable[[], None]] = None
+           ) -> dict:
+    """halfway: called once, before the minibatch step that starts the second half of the
+    update (never, when --target-kl stops it first): --overlap's thread handover,
+    distributed/learner.py; the steps' math is unchanged."""
     p = cfg.ppo
     lrnow = p.learning_rate
     if p.anneal_lr:
@@ -100,6 +104,7 @@ def update(agent: nn.Module, optimizer: optim.Optimizer, batch: RolloutBatch, cf
 
     stats: dict = {}
     clipfracs = []
+    step, half = 0, p.update_epochs * p.num_minibatches // 2
     for _epoch in range(p.update_epochs):
         if is_lstm:
             plans = env_minibatches(num_envs, num_steps, p.num_minibatches, rng)
@@ -107,6 +112,9 @@ def update(agent: nn.Module, optimizer: optim.Optimizer, batch: RolloutBatch, cf
             plans = [(None, mb) for mb in
                      flat_minibatches(num_envs * num_steps, p.num_minibatches, rng)]
         for mbenvinds, mb_inds in plans:
+            if halfway is not None and step == half:
+                halfway()
+            step += 1
             mb_inds = torch.as_tensor(mb_inds, device=device)
             with autocast(cfg, device):
                 newlogprob, entropy, newvalue = _forward(agent, is_lstm, b_obs, b_dones,
@@ -198,9 +206,10 @@ class PPOLearner:
         self.rank = rank
         self.sync: Optional[GradAllReduce] = None
 
-    def update(self, batch: RolloutBatch, iteration: int) -> dict:
+    def update(self, batch: RolloutBatch, iteration: int,
+               halfway: Optional[Callable[[], None]] = None) -> dict:
         return update(self.agent, self.optimizer, batch, self.cfg, iteration, self.rng,
-                      self.device, self.sync)
+                      self.device, self.sync, halfway)
 
     def get_weights(self) -> dict:
         """CPU copies of the parameters, for the env runners' policy copies."""

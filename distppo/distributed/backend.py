@@ -70,13 +70,14 @@ class RayBackend:
         self.obs_shape, self.num_actions = self._ask_runners("env_spec", only=0)[0]
         self.learners = self._make_learners()
         self.timings = {"t_transfer_s": 0.0, "t_wait_s": 0.0}
+        self.in_flight: list = []  # the metas of the rollout the runners are sampling
         # Wait until every actor is up: like CleanRL's SPS timer, ours starts after construction.
         self._info = self._describe()
         self._note_restarts()  # runners killed while starting
 
     def _describe(self) -> BackendInfo:
         runner_nodes = self._ask_runners("node_id")
-        device, gpu_name, learner_threads, learner_reuse = self._learner_device
+        device, gpu_name, learner_threads, handover, learner_reuse = self._learner_device
         runner_threads, runner_reuse = self._ask_runners("threads", only=0)[0]
         group = ray.get_runtime_context().get_placement_group_id()
         theirs = self._ask_runners("placement_group_id") + self._learner_groups
@@ -85,7 +86,8 @@ class RayBackend:
                            in_placement_group=group is not None and all(t == group for t in theirs),
                            learner_threads=learner_threads, runner_threads=runner_threads,
                            runner_device=self.cfg.runner.runner_device,
-                           malloc_reuse=learner_reuse and runner_reuse)
+                           malloc_reuse=learner_reuse and runner_reuse,
+                           learner_handover_threads=handover)
 
     def describe(self) -> BackendInfo:
         return self._info
@@ -157,7 +159,8 @@ class RayBackend:
         return [RemoteLearner.options(num_cpus=lr.learner_cpus, num_gpus=lr.learner_gpus,
                                       max_restarts=0).remote(self.cfg, self.obs_shape,
                                                              self.num_actions, rank,
-                                                             self.threads.learner)
+                                                             self.threads.learner,
+                                                             self.threads.handover)
                 for rank in range(lr.num_learners)]
 
     def _group(self, learners: list) -> None:
@@ -175,6 +178,7 @@ class RayBackend:
         # The learner's return value is put into the object store once; every runner reads it.
         weights = self.learners[0].get_weights.remote()
         refs = [self._submit(i, weights, version) for i in range(len(self.runners))]
+        self.in_flight = [meta for meta, _ in refs]  # what an --overlap handover waits for
         return start, refs, weights, version
 
     def _submit(self, i: int, weights, version: int):
@@ -182,6 +186,7 @@ class RayBackend:
 
     def finish_rollout(self, handle) -> tuple[list[RolloutMeta], list]:
         start, refs, weights, version = handle
+        self.in_flight = []
         pairs = [self._collect(i, pair, weights, version) for i, pair in enumerate(refs)]
         metas = [meta for meta, _ in pairs]
         self._note_restarts()
@@ -265,8 +270,10 @@ class RayBackend:
         [k*S, (k+1)*S) of their concatenation, S = num_envs / num_learners."""
         start = time.perf_counter()
         share = sum(n for _, n in runner_batches) // len(self.learners)
+        # --overlap's handover waits for the rollout in flight (a list: Ray passes it unresolved)
+        in_flight = self.in_flight if self.threads.handover else None
         refs = [learner.update.remote(env_shares(runner_batches, k * share, (k + 1) * share),
-                                      iteration)
+                                      iteration, in_flight)
                 for k, learner in enumerate(self.learners)]
         try:
             stats = self._get(refs)

@@ -3,6 +3,7 @@ that data-parallel learners need (torch.distributed: gloo on CPU, nccl on GPU)."
 from __future__ import annotations
 
 import datetime
+import functools
 import os
 import socket
 import time
@@ -20,17 +21,22 @@ from distppo.errors import UserError
 from distppo.testing import faults
 
 GROUP_TIMEOUT = datetime.timedelta(minutes=10)
+HANDOVER_WAIT_S = 600.0  # a rollout not delivered by then: the update ends on its own threads
 
 
 class Learner:
     def __init__(self, cfg: TrainConfig, obs_shape: tuple, num_actions: int, rank: int = 0,
-                 threads: int = 1):
+                 threads: int = 1, handover: int = 0):
         # Ray sets OMP_NUM_THREADS from num_cpus (1 without); torch's own count is what the
         # update uses: resources.ray_threads chose it, this machine's cores cap it.
-        torch.set_num_threads(max(1, min(threads, cores())))
+        self.threads = max(1, min(threads, cores()))
+        torch.set_num_threads(self.threads)
         self.malloc_reuse = reuse_freed_memory(cfg.runner.malloc_reuse)
         check_gpu(cfg)
         self.core = PPOLearner(cfg, obs_shape, num_actions, cfg.seed, rank)
+        # --overlap on a small node: the second half of each update on the runners' cores too
+        # (resources.ray_threads); a CUDA learner's update does not run on its threads
+        self.handover = min(handover, cores()) if self.core.device.type == "cpu" else 0
         faults.kill_once("learner_init")
 
     def rendezvous_address(self) -> tuple[str, int]:
@@ -52,18 +58,40 @@ class Learner:
                                 timeout=GROUP_TIMEOUT)
         self.core.sync = GradAllReduce(world_size)
 
-    def update(self, shares: list, iteration: int) -> dict:
+    def update(self, shares: list, iteration: int, in_flight: list | None = None) -> dict:
         """shares: [(batch ObjectRef, first env, end env)], the runners' envs this learner
-        trains on; fetched here, straight from the runners, never through the trainer."""
+        trains on; fetched here, straight from the runners, never through the trainer.
+        in_flight: with --overlap, the metas (ObjectRefs, unresolved) of the rollout the runners
+        sample meanwhile: the thread handover waits for them ([]: none in flight, the last
+        iteration, so the whole update takes the handover's threads)."""
         start = time.perf_counter()
         batches = ray.get([ref for ref, _, _ in shares])
         batch = RolloutBatch.concat([b if (lo, hi) == (0, b.num_envs) else b.env_slice(lo, hi)
                                      for b, (_, lo, hi) in zip(batches, shares)])
         fetched = time.perf_counter()
-        stats = self.core.update(batch, iteration)
+        halfway = None
+        if self.handover > self.threads and in_flight is not None:
+            if in_flight:
+                halfway = functools.partial(self._take_over, in_flight)
+            else:
+                torch.set_num_threads(self.handover)
+        try:
+            stats = self.core.update(batch, iteration, halfway)
+        finally:
+            torch.set_num_threads(self.threads)
         stats["t_fetch_s"] = fetched - start
         stats["t_update_s"] = time.perf_counter() - fetched
         return stats
+
+    def _take_over(self, in_flight: list) -> None:
+        """Halfway through an --overlap update: once the runners have delivered (their metas
+        are ready; a runner that died counts as done: its restart samples after this update),
+        their cores are idle until the next weights, so the update takes them. The switch
+        happens at the same minibatch step in every run: the numbers do not depend on timing."""
+        ready, _ = ray.wait(in_flight, num_returns=len(in_flight), timeout=HANDOVER_WAIT_S,
+                            fetch_local=False)
+        if len(ready) == len(in_flight):
+            torch.set_num_threads(self.handover)
 
     def get_weights(self) -> dict:
         return self.core.get_weights()
@@ -75,10 +103,12 @@ class Learner:
         faults.kill_once("learner_load")
         self.core.load_state_dict(state)
 
-    def device(self) -> tuple[str, str, int, bool]:
-        """(torch device, CUDA device name or "", torch threads, --malloc-reuse applied)."""
+    def device(self) -> tuple[str, str, int, int, bool]:
+        """(torch device, CUDA device name or "", torch threads, handover threads (0: none),
+        --malloc-reuse applied)."""
         device = str(self.core.device)
-        return device, device_name(device), torch.get_num_threads(), self.malloc_reuse
+        return (device, device_name(device), torch.get_num_threads(),
+                self.handover if self.handover > self.threads else 0, self.malloc_reuse)
 
     def placement_group_id(self) -> str | None:
         return ray.get_runtime_context().get_placement_group_id()

@@ -20,8 +20,11 @@ def ray_threads(cfg: TrainConfig, cpus: float) -> Threads:
     the runners sample, so each phase may use every CPU: learners get cpus / num_learners,
     runners cpus / num_env_runners. With --overlap both run at once: the runners keep their
     reservation (round(runner_cpus), scaled down when it alone exceeds the CPUs) and the
-    learners share the rest, at least one thread each. Never more threads at once than CPUs,
-    unless there are more processes than CPUs (each gets 1)."""
+    learners share the rest, at least one thread each, and hand over: where a learner's share
+    is at most half of what it gets without --overlap (a small node), it takes that (`handover`)
+    for the second half of each update, after the runners have delivered; the runners then
+    wait for weights, so the handover never runs more threads than CPUs. Never more threads at
+    once than CPUs, unless there are more processes than CPUs (each gets 1)."""
     r, lr = cfg.runner, cfg.learner
     if r.num_threads != "auto":
         return Threads(r.num_threads, r.num_threads)
@@ -32,7 +35,8 @@ def ray_threads(cfg: TrainConfig, cpus: float) -> Threads:
     runner = max(1, round(r.runner_cpus))
     if n * runner + m > cpus:  # the reservations exceed the CPUs: scale the runners down
         runner = max(1, (cpus - m) // n)
-    return Threads(max(1, (cpus - n * runner) // m), runner)
+    learner, whole = max(1, (cpus - n * runner) // m), max(1, cpus // m)
+    return Threads(learner, runner, whole if whole >= 2 * learner else 0)
 
 
 CPUS_PER_AUTO_RUNNER = 4  # docs/benchmarks.md "GPU": 4 runners on 16 cores, 1.47x one runner
