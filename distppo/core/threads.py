@@ -56,26 +56,28 @@ def set_omp_spincount(value) -> bool:
 
 # glibc's mallopt parameters (malloc.h) and the values --malloc-reuse sets
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
-REUSE_MMAP_THRESHOLD = 1 << 30     # blocks up to 1 GiB come from the heap, not a fresh mmap
+REUSE_MMAP_THRESHOLDS = (1 << 30,  # blocks up to 1 GiB come from the heap, not a fresh mmap;
+                         32 << 20)  # glibc < 2.35 refuses more than 32 MiB on 64-bit
 REUSE_TRIM_THRESHOLD = 2**31 - 1   # the heap's free top is kept (mallopt takes an int)
+_reusing = False  # whether this process has set them (they cannot be unset)
 
 
 def reuse_freed_memory(on: bool) -> bool:
     """--malloc-reuse: glibc malloc keeps the memory torch frees and hands it out again, instead
     of unmapping each large block (an update's 4-29 MB activations and gradients) and faulting
-    it back in, zero-filled page by page, on the next minibatch. 2,500-5,800 page faults and
-    4-10 ms of kernel time per 256-frame minibatch on 2 cores without (docs/benchmarks.md);
-    the heap keeps its high-water mark. Off: glibc's own thresholds, as CleanRL runs; nothing
-    is changed. Set for this process only (each Ray actor sets its own); True when it was set,
-    False when off or not glibc (macOS, musl)."""
-    if not on:
-        return False
+    it back in, zero-filled page by page, on the next minibatch: 1,000-5,800 page faults and
+    2-10 ms of kernel time per 256-frame minibatch on 2 cores without (docs/benchmarks.md).
+    The heap keeps its high-water mark. Off: glibc's own thresholds, as CleanRL runs; nothing
+    is changed. Per process (each Ray actor sets its own). Returns whether this process reuses
+    freed memory now: False off glibc (macOS, musl) and when off here and never set before."""
+    global _reusing
+    if not on or _reusing:
+        return _reusing
     import ctypes
-    import ctypes.util
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        mallopt = libc.mallopt
+        mallopt = ctypes.CDLL(None).mallopt  # the C library this process already has loaded
     except (OSError, AttributeError):
         return False
-    return bool(mallopt(M_MMAP_THRESHOLD, REUSE_MMAP_THRESHOLD)
-                and mallopt(M_TRIM_THRESHOLD, REUSE_TRIM_THRESHOLD))
+    mmap = any(mallopt(M_MMAP_THRESHOLD, value) for value in REUSE_MMAP_THRESHOLDS)
+    _reusing = bool(mallopt(M_TRIM_THRESHOLD, REUSE_TRIM_THRESHOLD)) and mmap
+    return _reusing

@@ -21,7 +21,7 @@ from distppo.errors import UserError
 from distppo.testing import faults
 
 GROUP_TIMEOUT = datetime.timedelta(minutes=10)
-HANDOVER_WAIT_S = 600.0  # a rollout not delivered by then: the update ends on its own threads
+HANDOVER_WAIT_S = 600.0  # a rollout not delivered by then: the handover goes ahead anyway
 
 
 class Learner:
@@ -35,8 +35,11 @@ class Learner:
         check_gpu(cfg)
         self.core = PPOLearner(cfg, obs_shape, num_actions, cfg.seed, rank)
         # --overlap on a small node: the second half of each update on the runners' cores too
-        # (resources.ray_threads); a CUDA learner's update does not run on its threads
-        self.handover = min(handover, cores()) if self.core.device.type == "cpu" else 0
+        # (resources.ray_threads); not for a CUDA learner, whose update does not run on its
+        # threads, nor for an update of one step (it would wait for the rollout first)
+        one_step = cfg.ppo.update_epochs * cfg.ppo.num_minibatches < 2
+        self.handover = 0 if self.core.device.type != "cpu" or one_step else \
+            min(handover, cores())
         faults.kill_once("learner_init")
 
     def rendezvous_address(self) -> tuple[str, int]:
@@ -87,11 +90,16 @@ class Learner:
         """Halfway through an --overlap update: once the runners have delivered (their metas
         are ready; a runner that died counts as done: its restart samples after this update),
         their cores are idle until the next weights, so the update takes them. The switch
-        happens at the same minibatch step in every run: the numbers do not depend on timing."""
+        happens at the same minibatch step in every run, so the numbers do not depend on
+        timing: a rollout still out after HANDOVER_WAIT_S (a stalled runner) is said in one
+        line and the update takes the threads anyway, beside it."""
         ready, _ = ray.wait(in_flight, num_returns=len(in_flight), timeout=HANDOVER_WAIT_S,
                             fetch_local=False)
-        if len(ready) == len(in_flight):
-            torch.set_num_threads(self.handover)
+        if len(ready) < len(in_flight):
+            print(f"learner: the rollout in flight was not in after {HANDOVER_WAIT_S:.0f} s; "
+                  f"the update's second half runs on {self.handover} threads beside it",
+                  flush=True)
+        torch.set_num_threads(self.handover)
 
     def get_weights(self) -> dict:
         return self.core.get_weights()
