@@ -142,9 +142,9 @@ class RunnerConfig:
     environment wins, and on a cluster joined through RAY_ADDRESS the nodes' environment does"""
     malloc_reuse: bool = True
     """glibc malloc keeps the memory torch frees for the next minibatch instead of returning it
-    to the kernel and faulting it in again (mallopt: mmap threshold 1 GiB, no trim), in every
-    process of the run (core/threads.py); the learning is unchanged, the heap keeps its
-    high-water mark. Off: glibc's own, as CleanRL runs. No effect off glibc"""
+    to the kernel and faulting it in again (mallopt: mmap threshold 1 GiB, 32 MiB on glibc <
+    2.35, no trim), in every process of the run (core/threads.py); the learning is unchanged,
+    the heap keeps its high-water mark. Off: glibc's own, as CleanRL runs. No effect off glibc"""
     overlap: bool = False
     """runners collect iteration k+1 with weights k while learners update on k (policy lag 1);
     off = CleanRL"""

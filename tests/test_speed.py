@@ -632,7 +632,7 @@ print(applied, faults() - before)
 
 def glibc_version() -> tuple:
     try:
-        name, version = os.confstr("CS_GNU_LIBC_VERSION").split()
+        _, version = os.confstr("CS_GNU_LIBC_VERSION").split()
         return tuple(int(x) for x in version.split(".")[:2])
     except (AttributeError, ValueError, OSError):
         return ()

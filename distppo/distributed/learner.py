@@ -36,10 +36,11 @@ class Learner:
         self.core = PPOLearner(cfg, obs_shape, num_actions, cfg.seed, rank)
         # --overlap on a small node: the second half of each update on the runners' cores too
         # (resources.ray_threads); not for a CUDA learner, whose update does not run on its
-        # threads, nor for an update of one step (it would wait for the rollout first)
+        # threads, nor for an update of one step (it would wait for the rollout first);
+        # 0: none (also where the cores cap it at the learner's own count)
         one_step = cfg.ppo.update_epochs * cfg.ppo.num_minibatches < 2
-        self.handover = 0 if self.core.device.type != "cpu" or one_step else \
-            min(handover, cores())
+        handover = 0 if self.core.device.type != "cpu" or one_step else min(handover, cores())
+        self.handover = handover if handover > self.threads else 0
         faults.kill_once("learner_init")
 
     def rendezvous_address(self) -> tuple[str, int]:
@@ -73,7 +74,7 @@ class Learner:
                                      for b, (_, lo, hi) in zip(batches, shares)])
         fetched = time.perf_counter()
         halfway = None
-        if self.handover > self.threads and in_flight is not None:
+        if self.handover and in_flight is not None:
             if in_flight:
                 halfway = functools.partial(self._take_over, in_flight)
             else:
@@ -115,8 +116,8 @@ class Learner:
         """(torch device, CUDA device name or "", torch threads, handover threads (0: none),
         --malloc-reuse applied)."""
         device = str(self.core.device)
-        return (device, device_name(device), torch.get_num_threads(),
-                self.handover if self.handover > self.threads else 0, self.malloc_reuse)
+        return (device, device_name(device), torch.get_num_threads(), self.handover,
+                self.malloc_reuse)
 
     def placement_group_id(self) -> str | None:
         return ray.get_runtime_context().get_placement_group_id()
