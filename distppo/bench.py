@@ -85,8 +85,8 @@ def run_once(train_args: list[str], workdir: str, timeout: float = 3600) -> dict
         raise UserError(f"benchmark run failed: {' '.join(train_args)}: "
                         f"{err.strip().splitlines()[-1:]}")
     df = pd.read_parquet(os.path.join(workdir, "bench", "metrics.parquet"))
-    out = {"sps": float(df["sps"].iloc[-1]), "wall_s": time.perf_counter() - start,
-           "peak_rss_mb": peak / 2**20}
+    out = {"algo": str(df["algo"].iloc[-1]), "sps": float(df["sps"].iloc[-1]),
+           "wall_s": time.perf_counter() - start, "peak_rss_mb": peak / 2**20}
     for col in PHASES:
         out[col] = float(df[col].sum())
     return out
@@ -113,8 +113,9 @@ def markdown_table(results: dict) -> str:
 def write_json(path: str, results: dict, **setup) -> None:
     """The runs of run_bench() or of --suite speed as JSON: setup (env_id, backend or suite,
     total_timesteps) and one entry per run (algo, group, variant, sps, wall_s, peak_rss_mb,
-    phase seconds); `distppo plan` reads it. A suite's group names its backend: "ppo (envpool)"."""
-    runs = [dict(algo=group.split(" (")[0], group=group, variant=variant, **run)
+    phase seconds); `distppo plan` reads it. A suite's group names its backend: "ppo (envpool)";
+    the algo is the one the run recorded in its metrics."""
+    runs = [dict(group=group, variant=variant, **run)
             for (group, variant), rs in results.items() for run in rs]
     with open(path, "w") as f:
         json.dump(dict(setup, runs=runs), f, indent=2)
