@@ -35,6 +35,7 @@ from distppo.distributed.resources import (
 from distppo.distributed.runners import RemoteEnvRunner, job_ended, num_restarts
 from distppo.errors import LearnerFailure, RunnerFailure, UserError
 from distppo.telemetry.faultlog import OnFault, ignore_fault
+from distppo.testing import faults
 
 CALL_TIMEOUT_S = 900.0  # no rollout or update of a sane config takes this long: fail loudly
 RESTART_TIMEOUT_S = 120.0  # a restarted runner that is not back by then is not coming back
@@ -277,7 +278,8 @@ class RayBackend:
                 for k, learner in enumerate(self.learners)]
         try:
             stats = self._get(refs)
-        except (RayActorError, GetTimeoutError) as exc:
+        except (RayActorError, ObjectLostError, GetTimeoutError) as exc:
+            # ObjectLostError: it answered, and its node was removed before the answer was read
             raise LearnerFailure(f"a learner failed: {type(exc).__name__}") from None
         except RayTaskError as exc:
             if not lost_input(exc):
@@ -291,8 +293,13 @@ class RayBackend:
 
     def learner_state(self) -> dict:
         try:
-            return self._get(self.learners[0].state_dict.remote())
-        except (RayActorError, GetTimeoutError) as exc:
+            ref = self.learners[0].state_dict.remote()
+            # (tests: made on the learner's node and not read yet; fetch_local=False keeps it there)
+            faults.pause("learner_state_made", lambda: ray.wait([ref], fetch_local=False))
+            return self._get(ref)
+        except (RayActorError, ObjectLostError, GetTimeoutError) as exc:
+            # ObjectLostError: the state (~20 MB, in the learner node's object store) was made,
+            # and that node was removed before it was read
             raise LearnerFailure(f"learner 0 failed: {type(exc).__name__}") from None
 
     def load_learner_state(self, state: dict) -> None:

@@ -17,6 +17,10 @@ that returns its input.
   created exclusively, makes it the only one (e.g. `runner_init`: one env runner dies in its
   constructor, and Ray's restart of it goes on; `learner_load`: a learner dies as a resume or
   a recovery loads the checkpoint into it).
+- DISTPPO_FAULT_PAUSE=DIR:POINT@N: the N-th time this process reaches a named `pause` point,
+  it creates DIR/POINT and waits (at most 120 s) until DIR/POINT.go exists: the test does its
+  damage at that exact moment (e.g. `learner_state_made@2`: the learner's state for the first
+  periodic checkpoint is made and not yet read when the test removes the learner's node).
 - DISTPPO_FAULT_DISK_FULL=GLOB: every atomic write (telemetry/files.py) of a file whose name
   matches GLOB fails with ENOSPC after part of it was written, as on a full disk.
 """
@@ -26,7 +30,8 @@ import errno
 import fnmatch
 import os
 import signal
-from typing import Optional
+import time
+from typing import Callable, Optional
 
 PREFIX = "DISTPPO_FAULT_"
 ENV_STEP = PREFIX + "ENV_STEP"
@@ -34,6 +39,10 @@ ITERATION = PREFIX + "ITERATION"
 SIGKILL = PREFIX + "SIGKILL"
 SIGKILL_ONCE = PREFIX + "SIGKILL_ONCE"
 DISK_FULL = PREFIX + "DISK_FULL"
+PAUSE = PREFIX + "PAUSE"
+PAUSE_TIMEOUT_S = 120.0
+
+_reached: dict[str, int] = {}  # pause points reached by this process, by name
 
 
 def forwarded_env() -> dict[str, str]:
@@ -96,6 +105,25 @@ def kill_once(point: str) -> None:
     except FileExistsError:
         return
     os.kill(os.getpid(), signal.SIGKILL)
+
+
+def pause(point: str, ready: Callable[[], object] = lambda: None) -> None:
+    """Hold this process at `point` the N-th time it gets here if DISTPPO_FAULT_PAUSE is
+    `DIR:<point>@N`: ready() first (wait for what the point is about), then DIR/<point> says
+    "held" and DIR/<point>.go, made by the test, lets it go on."""
+    spec = os.environ.get(PAUSE)
+    if not spec:
+        return
+    folder, _, target = spec.rpartition(":")
+    _reached[point] = _reached.get(point, 0) + 1
+    if target != f"{point}@{_reached[point]}":
+        return
+    ready()
+    marker = os.path.join(folder, point)
+    open(marker, "w").close()
+    deadline = time.monotonic() + PAUSE_TIMEOUT_S
+    while not os.path.exists(marker + ".go") and time.monotonic() < deadline:
+        time.sleep(0.05)
 
 
 def check_disk(path: str) -> None:
