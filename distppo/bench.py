@@ -154,7 +154,7 @@ def speed_variants(num_cores: int) -> dict[str, list[str]]:
     threads = cores (torch's default, as CleanRL runs), every speed option off; the others are
     distppo's defaults on each path."""
     return {"baseline": ["--local", "--num-threads", str(num_cores), "--no-channels-last",
-                         "--no-fused-lstm", "--no-compile", "--amp", "off",
+                         "--no-fused-lstm", "--no-compile", "--amp", "off", "--grad-shards", "1",
                          "--omp-spincount", "default", "--no-malloc-reuse"],
             "ray": [], "local": ["--local"], "overlap": ["--overlap"]}
 

@@ -29,7 +29,7 @@ RESUME_SAFE = ("total_timesteps", "local", "device", "cuda", "num_env_runners", 
                "runner_cpus", "num_threads", "runner_max_restarts", "learner_cpus",
                "learner_gpus", "runner_device", "runner_gpus", "capture_video",
                "checkpoint_every", "keep_checkpoints", "log_every", "channels_last", "compile",
-               "fused_lstm", "omp_spincount", "malloc_reuse")
+               "fused_lstm", "omp_spincount", "malloc_reuse", "grad_shards")
 
 
 @dataclass(frozen=True)
@@ -213,10 +213,19 @@ class LearnerConfig:
     ppo_atari_lstm.py"""
     compile: bool = False
     """torch.compile the learner's model (same numbers within float rounding)"""
+    grad_shards: str = "auto"
+    """a CPU learner computes each minibatch's gradient as the sum of this many slices of it,
+    each on one torch thread, side by side (core/shards.py): faster than one pass on several
+    threads, and with --overlap the slices run one by one while the runners sample and side by
+    side once they have delivered, with the same numbers either way. auto: one slice per
+    thread the update may use, of at least 64 samples (PPO-LSTM: whole envs); 1 on a GPU and
+    with --compile. 1: CleanRL's single pass. Same learning within float rounding (recorded)"""
     amp: str = "off"
     """mixed precision of the learner's update: off | bf16 (GPU only)"""
 
     def __post_init__(self) -> None:
+        if isinstance(self.grad_shards, str) and self.grad_shards.strip().isdigit():
+            object.__setattr__(self, "grad_shards", int(self.grad_shards))
         if isinstance(self.learner_gpus, str) and self.learner_gpus != "auto":
             try:
                 object.__setattr__(self, "learner_gpus", float(self.learner_gpus))
@@ -233,6 +242,10 @@ class LearnerConfig:
             raise ConfigError("--device cuda contradicts --no-cuda: drop one of them")
         _positive(self, "num_learners")
         _positive(self, "learner_cpus")
+        _auto_or_positive(self, "grad_shards")
+        if self.compile and self.grad_shards not in ("auto", 1):
+            raise ConfigError(f"--grad-shards {self.grad_shards} with --compile: a compiled "
+                              "model runs one pass at a time; drop one of them")
         if self.learner_gpus != "auto" and self.learner_gpus < 0:
             raise ConfigError(f"--learner-gpus must be >= 0, got {self.learner_gpus}")
         if self.amp not in AMP:

@@ -289,11 +289,13 @@ def _cartpole_batch(t: int, n: int) -> RolloutBatch:
         next_value=np.zeros(n, np.float32), next_done=np.zeros(n, dtype=bool))
 
 
-def test_learner_takes_the_runners_cores_halfway_once_the_rollout_is_in(ray_cluster):
-    """Learner, the plain object the Ray actor wraps, with 1 thread and a handover to 2, 4
-    minibatch steps per update: with a rollout in flight, steps 1-2 on 1 thread and 3-4 on 2
-    (once the rollout is in); with none in flight ([]: the last iteration) all on 2; without a
-    handover (None: no --overlap) all on 1; back on 1 after every update."""
+def test_learner_takes_the_runners_cores_once_the_rollout_is_in(ray_cluster):
+    """Learner, the plain object the Ray actor wraps, with 1 thread and a handover to 2, its
+    minibatch gradients in 2 slices: with a rollout in flight the slices run one at a time
+    (this small update is over before the 2 s rollout is in); with the rollout in, or none in
+    flight ([]: the last iteration), two at once; without a handover (None: no --overlap) one
+    at a time. Every slice on 1 torch thread; the learner back on 1 after every update. With
+    --grad-shards 1 there is nothing to widen: no handover."""
     import ray
 
     from distppo.core.threads import cores
@@ -304,46 +306,28 @@ def test_learner_takes_the_runners_cores_halfway_once_the_rollout_is_in(ray_clus
     try:
         cfg = TrainConfig().replace(env_id="CartPole-v1", backend="gym", num_envs=4,
                                     num_steps=8, num_minibatches=2, update_epochs=2,
-                                    overlap=True)
+                                    overlap=True, grad_shards=2)
         learner = Learner(cfg, (4,), 2, threads=1, handover=2)
-        seen, step = [], learner.core.optimizer.step
+        assert learner.handover == 2 and learner.device()[3:] == (2, learner.malloc_reuse, 2)
+        pool, seen = learner.core.shards, []
+        run_slice = pool._on_threads
 
-        def step_and_count(*args, **kwargs):  # the threads each optimizer step ran on
-            seen.append(torch.get_num_threads())
-            return step(*args, **kwargs)
+        def spy(fn, item):  # (slices at once, torch threads) of each slice
+            return run_slice(lambda x: (seen.append((pool.width, torch.get_num_threads())),
+                                        fn(x))[1], item)
 
-        learner.core.optimizer.step = step_and_count
+        pool._on_threads = spy
         shares = [(ray.put(_cartpole_batch(8, 4)), 0, 4)]
         slow = ray.remote(lambda: time.sleep(2)).remote()  # a rollout still out at the start
-        for in_flight, want in (([slow], [1, 1, 2, 2]), ([ray.put("meta")], [1, 1, 2, 2]),
-                                ([], [2, 2, 2, 2]), (None, [1, 1, 1, 1])):
+        for in_flight, width in (([slow], 1), ([ray.put("meta")], 2), ([], 2), (None, 1)):
             seen.clear()
             learner.update(shares, 1, in_flight)
-            assert seen == want, (in_flight, seen)
+            assert seen == [(width, 1)] * 8, (in_flight, seen)  # 4 steps x 2 slices
             assert torch.get_num_threads() == 1
-            if in_flight == [slow]:  # the handover waited for it
-                assert ray.wait([slow], timeout=0)[0], "the update did not wait for the rollout"
+        assert not ray.wait([slow], timeout=0)[0], "the update waited for the rollout"
+        assert Learner(cfg.replace(grad_shards=1), (4,), 2, threads=1, handover=2).handover == 0
     finally:
         torch.set_num_threads(before)
-
-
-def test_update_calls_halfway_once_before_the_second_half_of_its_steps():
-    """--overlap's handover point is a minibatch step fixed by the config, not a moment: the
-    hook runs once, after update_epochs * num_minibatches // 2 optimizer steps."""
-    t, n = 8, 4
-    batch = _cartpole_batch(t, n)
-    for epochs, minibatches in ((4, 4), (3, 1), (1, 1)):
-        cfg = TrainConfig().replace(env_id="CartPole-v1", backend="gym", num_envs=n, num_steps=t,
-                                    update_epochs=epochs, num_minibatches=minibatches)
-        learner = PPOLearner(cfg, (4,), 2, seed=1)
-        seen = []
-
-        def halfway(learner=learner, seen=seen):  # the optimizer steps taken so far
-            state = learner.optimizer.state.values()
-            seen.append(max([int(s["step"]) for s in state] or [0]))
-
-        learner.update(batch, iteration=1, halfway=halfway)
-        assert seen == [epochs * minibatches // 2], (epochs, minibatches, seen)
 
 
 @pytest.mark.slow
@@ -403,10 +387,9 @@ def test_ray_run_says_and_records_its_threads(ray_cluster, tmp_path):
 
 
 def test_overlap_handover_gives_the_same_numbers_at_every_run(ray_cluster, tmp_path):
-    """--overlap on a small node: a learner with 1 thread runs the second half of each update
-    on the runners' cores too, once they have delivered. The switch sits at a fixed minibatch
-    step, so two runs give the same losses bit for bit (that the threads do switch: the
-    Learner test above)."""
+    """--overlap on a small node: a learner with 1 thread runs its gradient slices on the
+    runners' cores too, once they have delivered, a moment that differs from run to run; two
+    runs give the same losses bit for bit (that the slices do widen: the Learner test above)."""
     from distppo.core.threads import cores
     if cores() < 2:
         pytest.skip("a handover needs 2 cores")
@@ -415,7 +398,7 @@ def test_overlap_handover_gives_the_same_numbers_at_every_run(ray_cluster, tmp_p
     want = min(RAY_CPUS, cores())
     args = ["--env-id", "Breakout-v5", "--num-envs", "4", "--num-steps", "32",
             "--num-minibatches", "2", "--update-epochs", "2", "--total-timesteps", "512",
-            "--overlap", "--runner-cpus", "3", "--output-dir", tmp_path]
+            "--overlap", "--runner-cpus", "3", "--grad-shards", "2", "--output-dir", tmp_path]
     losses, placements = {}, {}
     for name in ("a", "b"):
         proc = run_cli("train", *args, "--run-name", name, timeout=300)
@@ -423,10 +406,11 @@ def test_overlap_handover_gives_the_same_numbers_at_every_run(ray_cluster, tmp_p
         if name == "a":
             first = [ln for ln in proc.stdout.splitlines() if ln.startswith("ray: ")][0]
             assert (f"1 learner(s) on cpu, 1 thread(s) each ({want} once the runners have "
-                    "delivered)") in first, first
+                    "delivered), gradients in 2 slices;") in first, first
         placements[name], rows = _placement(tmp_path, name)
         losses[name] = rows[["policy_loss", "value_loss", "entropy", "approx_kl"]].to_numpy()
     assert placements["a"]["learner_handover_threads"] == want
+    assert placements["a"]["grad_shards"] == 2
     assert losses["a"].shape == (4, 4)
     assert (losses["a"] == losses["b"]).all()
 
@@ -540,12 +524,13 @@ def test_speed_baseline_flags_select_cleanrl_code_paths():
     from distppo.cli.main import build_parser
     args = build_parser().parse_args(normalise_argv(["train", *speed_variants(2)["baseline"]]))
     cfg = TrainConfig().replace(**given_flags(args))
-    assert cfg.local and cfg.runner.num_threads == 2
+    assert cfg.local and cfg.runner.num_threads == 2 and cfg.learner.grad_shards == 1
     assert (cfg.learner.channels_last, cfg.learner.fused_lstm, cfg.learner.compile,
             cfg.learner.amp) == (False, False, False, "off")
     assert not cfg.runner.malloc_reuse and TrainConfig().runner.malloc_reuse
     learner_defaults = TrainConfig().learner
     assert learner_defaults.channels_last and learner_defaults.fused_lstm
+    assert learner_defaults.grad_shards == "auto"
     lstm = make_agent("ppo_lstm", (1, 84, 84), 4, fused_lstm=cfg.learner.fused_lstm)
     assert not lstm.fused
 

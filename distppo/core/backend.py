@@ -33,20 +33,22 @@ class BackendInfo:
     runner_device: str = "cpu"     # where the runners' policy copies act
     malloc_reuse: bool = False     # freed memory kept for reuse (--malloc-reuse) in learner 0
                                    # and runner 0 (the process, local): both applied it
-    learner_handover_threads: int = 0  # --overlap: a learner's threads for the second half of
-                                       # each update, after the runners delivered (0: none)
+    learner_handover_threads: int = 0  # --overlap: a learner's threads once the runners have
+                                       # delivered (0: none)
+    grad_shards: int = 1           # slices per minibatch gradient (--grad-shards; 1: one pass)
 
     def summary(self) -> str:
         """The first line of a run's output: what runs where, with how many threads."""
         gpu = f" ({self.gpu_name})" if self.gpu_name else ""
         handover = (f" ({self.learner_handover_threads} once the runners have delivered)"
                     if self.learner_handover_threads else "")
+        shards = f", gradients in {self.grad_shards} slices" if self.grad_shards > 1 else ""
         if self.kind == "local":
             return (f"local: {self.num_env_runners} env runner(s) and the learner in this "
                     f"process, learner on {self.learner_device}{gpu}, "
-                    f"{self.learner_threads} torch thread(s)")
+                    f"{self.learner_threads} torch thread(s){shards}")
         return (f"ray: {self.num_learners} learner(s) on {self.learner_device}{gpu}, "
-                f"{self.learner_threads} thread(s) each{handover}; "
+                f"{self.learner_threads} thread(s) each{handover}{shards}; "
                 f"{self.num_env_runners} env runner(s) on {self.runner_nodes} node(s), "
                 f"{self.runner_device}, "
                 f"{self.runner_threads} thread(s) each")
@@ -102,7 +104,8 @@ class LocalBackend:
         return BackendInfo("local", len(self.samplers), 1, device, device_name(device),
                            learner_threads=threads, runner_threads=threads,
                            runner_device=str(self.samplers[0].device),
-                           malloc_reuse=self.malloc_reuse)
+                           malloc_reuse=self.malloc_reuse,
+                           grad_shards=self.learner.shards.plan.count)
 
     def start_rollout(self, version: int) -> list[RolloutBatch]:
         start = time.perf_counter()

@@ -1,6 +1,8 @@
 """Pure PPO math, with CleanRL's names so it can be read side by side with ppo_atari.py."""
 from __future__ import annotations
 
+from typing import Optional
+
 import numpy as np
 import torch
 
@@ -30,16 +32,22 @@ def compute_gae(rewards, values, dones, next_value, next_done, gamma: float, gae
 
 
 def ppo_loss(newlogprob, entropy, newvalue, mb_logprobs, mb_advantages, mb_returns, mb_values,
-             clip_coef: float, ent_coef: float, vf_coef: float, norm_adv: bool, clip_vloss: bool):
-    """The clipped PPO objective on one minibatch; returns (loss, stats of floats)."""
+             clip_coef: float, ent_coef: float, vf_coef: float, norm_adv: bool, clip_vloss: bool,
+             total: Optional[int] = None):
+    """The clipped PPO objective on one minibatch; returns (loss, stats of floats).
+
+    total: these samples are a slice of a minibatch of `total` (--grad-shards): every mean is
+    the slice's sum / total, so the slices' losses, gradients and stats add up to the
+    minibatch's (its advantages normalised by the caller, over the whole minibatch)."""
+    mean = torch.mean if total is None else (lambda x: x.sum() / total)
     logratio = newlogprob - mb_logprobs
     ratio = logratio.exp()
 
     with torch.no_grad():
         # http://joschu.net/blog/kl-approx.html
-        old_approx_kl = (-logratio).mean()
-        approx_kl = ((ratio - 1) - logratio).mean()
-        clipfrac = ((ratio - 1.0).abs() > clip_coef).float().mean()
+        old_approx_kl = mean(-logratio)
+        approx_kl = mean((ratio - 1) - logratio)
+        clipfrac = mean(((ratio - 1.0).abs() > clip_coef).float())
 
     if norm_adv:
         mb_advantages = (mb_advantages - mb_advantages.mean()) / (mb_advantages.std() + 1e-8)
@@ -47,7 +55,7 @@ def ppo_loss(newlogprob, entropy, newvalue, mb_logprobs, mb_advantages, mb_retur
     # Policy loss
     pg_loss1 = -mb_advantages * ratio
     pg_loss2 = -mb_advantages * torch.clamp(ratio, 1 - clip_coef, 1 + clip_coef)
-    pg_loss = torch.max(pg_loss1, pg_loss2).mean()
+    pg_loss = mean(torch.max(pg_loss1, pg_loss2))
 
     # Value loss
     newvalue = newvalue.view(-1)
@@ -56,11 +64,11 @@ def ppo_loss(newlogprob, entropy, newvalue, mb_logprobs, mb_advantages, mb_retur
         v_clipped = mb_values + torch.clamp(newvalue - mb_values, -clip_coef, clip_coef)
         v_loss_clipped = (v_clipped - mb_returns) ** 2
         v_loss_max = torch.max(v_loss_unclipped, v_loss_clipped)
-        v_loss = 0.5 * v_loss_max.mean()
+        v_loss = 0.5 * mean(v_loss_max)
     else:
-        v_loss = 0.5 * ((newvalue - mb_returns) ** 2).mean()
+        v_loss = 0.5 * mean((newvalue - mb_returns) ** 2)
 
-    entropy_loss = entropy.mean()
+    entropy_loss = mean(entropy)
     loss = pg_loss - ent_coef * entropy_loss + v_loss * vf_coef
     stats = {
         "policy_loss": pg_loss.item(),

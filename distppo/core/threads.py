@@ -14,8 +14,8 @@ class Threads:
     learner: int
     runner: int
     handover: int = 0
-    """--overlap on Ray: a CPU learner's threads for the second half of each update, taken
-    once the runners have delivered the next rollout (their cores are idle then); 0: none"""
+    """--overlap on Ray: a CPU learner's threads for its gradient slices once the runners
+    have delivered the next rollout (their cores are idle then); 0: none"""
 
     def summary(self, num_runners: int, num_learners: int, local: bool) -> str:
         if local:
@@ -81,3 +81,41 @@ def reuse_freed_memory(on: bool) -> bool:
     mmap = any(mallopt(M_MMAP_THRESHOLD, value) for value in REUSE_MMAP_THRESHOLDS)
     _reusing = bool(mallopt(M_TRIM_THRESHOLD, REUSE_TRIM_THRESHOLD)) and mmap
     return _reusing
+
+
+MIN_SLICE_SAMPLES = 64  # --grad-shards auto: smaller slices cost more per sample on one thread
+
+
+@dataclass(frozen=True)
+class ShardPlan:
+    """--grad-shards resolved for one learner: each minibatch's gradient in `count` slices,
+    each slice on `intra` torch threads (count 1: CleanRL's single pass on the learner's own)."""
+    count: int
+    intra: int
+
+
+def shard_plan(cfg: TrainConfig, threads: int, on_cpu: bool) -> ShardPlan:
+    """--grad-shards for a learner whose update may use `threads` torch threads at its widest
+    (with --overlap's handover, the handover's) and trains on `cfg`'s share of the envs.
+
+    auto: one slice per thread, each of at least MIN_SLICE_SAMPLES samples (on 2 cores, 2
+    slices of 128 frames: 77 ms per minibatch step against 101 ms for one 2-thread pass,
+    docs/benchmarks.md); 1 on a GPU and with --compile. A number: as given. Either way at most
+    one slice per sample (PPO-LSTM: per env of the minibatch, whose sequence stays whole).
+    Slices take the threads between them (intra = threads // count, at least 1). Fixed by the
+    config and the node, never by timing: a seed's numbers do not depend on how many slices
+    ran at once."""
+    lr, p = cfg.learner, cfg.ppo
+    envs = max(1, cfg.env.num_envs // lr.num_learners)  # this learner's share
+    if p.algo == "ppo_lstm":  # a minibatch is whole env sequences
+        most = max(1, envs // p.num_minibatches)
+        samples = most * p.num_steps
+    else:
+        samples = most = max(1, envs * p.num_steps // p.num_minibatches)
+    if lr.grad_shards == "auto":
+        count = threads if on_cpu and not lr.compile else 1
+        count = min(count, max(1, samples // MIN_SLICE_SAMPLES))
+    else:
+        count = lr.grad_shards
+    count = max(1, min(count, most))
+    return ShardPlan(count, max(1, threads // count))

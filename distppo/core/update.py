@@ -24,6 +24,8 @@ from distppo.core.ppo import (
     ppo_loss,
 )
 from distppo.core.rollout import RolloutBatch
+from distppo.core.shards import ShardPool, sharded_gradients
+from distppo.core.threads import shard_plan
 from distppo.errors import ConfigError
 
 
@@ -58,11 +60,9 @@ class GradAllReduce:
 
 def update(agent: nn.Module, optimizer: optim.Optimizer, batch: RolloutBatch, cfg: TrainConfig,
            iteration: int, rng: np.random.Generator, device: torch.device,
-           sync: Optional[GradAllReduce] = None, halfway: Optional[Callable[[], None]] = None
-           ) -> dict:
-    """halfway: called once, before the minibatch step that starts the second half of the
-    update (never, when --target-kl stops it first): --overlap's thread handover,
-    distributed/learner.py; the steps' math is unchanged."""
+           sync: Optional[GradAllReduce] = None, shards: Optional[ShardPool] = None) -> dict:
+    """shards: --grad-shards, each minibatch's gradient as the sum of its slices' (core/shards.py;
+    None or one slice: CleanRL's single pass)."""
     p = cfg.ppo
     lrnow = p.learning_rate
     if p.anneal_lr:
@@ -102,9 +102,19 @@ def update(agent: nn.Module, optimizer: optim.Optimizer, batch: RolloutBatch, cf
     if is_lstm:
         initial_lstm_state = (t(batch.lstm_state[0]), t(batch.lstm_state[1]))  # [1, N, H] each
 
+    sharded = shards is not None and shards.plan.count > 1
+    flat = {"logprobs": b_logprobs, "advantages": b_advantages, "returns": b_returns,
+            "values": b_values, "valid": b_valid}
+
+    def forward(mb_inds, mbenvinds):  # (newlogprob, entropy, newvalue) of a minibatch or slice
+        with autocast(cfg, device):
+            newlogprob, entropy, newvalue = _forward(agent, is_lstm, b_obs, b_dones, b_actions,
+                                                     mb_inds, mbenvinds, initial_lstm_state,
+                                                     device)
+        return newlogprob.float(), entropy.float(), newvalue.float()
+
     stats: dict = {}
     clipfracs = []
-    step, half = 0, p.update_epochs * p.num_minibatches // 2
     for _epoch in range(p.update_epochs):
         if is_lstm:
             plans = env_minibatches(num_envs, num_steps, p.num_minibatches, rng)
@@ -112,29 +122,27 @@ def update(agent: nn.Module, optimizer: optim.Optimizer, batch: RolloutBatch, cf
             plans = [(None, mb) for mb in
                      flat_minibatches(num_envs * num_steps, p.num_minibatches, rng)]
         for mbenvinds, mb_inds in plans:
-            if halfway is not None and step == half:
-                halfway()
-            step += 1
             mb_inds = torch.as_tensor(mb_inds, device=device)
-            with autocast(cfg, device):
-                newlogprob, entropy, newvalue = _forward(agent, is_lstm, b_obs, b_dones,
-                                                         b_actions, mb_inds, mbenvinds,
-                                                         initial_lstm_state, device)
-            newlogprob, entropy, newvalue = newlogprob.float(), entropy.float(), newvalue.float()
-            if b_valid is not None:
-                # EnvPool's reset steps: the LSTM ran over them to keep the sequence whole; the
-                # loss (and the advantage normalisation) leaves them out (docs/semantics.md).
-                keep = b_valid[mb_inds]
-                newlogprob, entropy, newvalue = newlogprob[keep], entropy[keep], newvalue[keep]
-                mb_inds = mb_inds[keep]
-            loss, stats = ppo_loss(
-                newlogprob, entropy, newvalue, b_logprobs[mb_inds], b_advantages[mb_inds],
-                b_returns[mb_inds], b_values[mb_inds], clip_coef=p.clip_coef, ent_coef=p.ent_coef,
-                vf_coef=p.vf_coef, norm_adv=p.norm_adv, clip_vloss=p.clip_vloss)
-            clipfracs.append(stats["clipfrac"])
+            if sharded:  # the same gradient, summed over slices of the minibatch (sets .grad)
+                stats = sharded_gradients(shards, agent, forward, flat, mb_inds, mbenvinds, p)
+            else:
+                newlogprob, entropy, newvalue = forward(mb_inds, mbenvinds)
+                if b_valid is not None:
+                    # EnvPool's reset steps: the LSTM ran over them to keep the sequence whole;
+                    # the loss (and the advantage normalisation) leaves them out
+                    # (docs/semantics.md).
+                    keep = b_valid[mb_inds]
+                    newlogprob, entropy, newvalue = newlogprob[keep], entropy[keep], newvalue[keep]
+                    mb_inds = mb_inds[keep]
+                loss, stats = ppo_loss(
+                    newlogprob, entropy, newvalue, b_logprobs[mb_inds], b_advantages[mb_inds],
+                    b_returns[mb_inds], b_values[mb_inds], clip_coef=p.clip_coef,
+                    ent_coef=p.ent_coef, vf_coef=p.vf_coef, norm_adv=p.norm_adv,
+                    clip_vloss=p.clip_vloss)
 
-            optimizer.zero_grad()
-            loss.backward()
+                optimizer.zero_grad()
+                loss.backward()
+            clipfracs.append(stats["clipfrac"])
             if sync is not None:
                 sync.grads(agent)
             nn.utils.clip_grad_norm_(agent.parameters(), p.max_grad_norm)
@@ -188,7 +196,9 @@ class PPOLearner:
     """Owns the agent, the optimizer and the minibatch RNG; plain Python, no Ray."""
 
     def __init__(self, cfg: TrainConfig, obs_shape: tuple, num_actions: int, seed: int,
-                 rank: int = 0):
+                 rank: int = 0, threads: Optional[int] = None):
+        """threads: the most torch threads its updates may use (--grad-shards auto takes one
+        slice per thread); default: this process's count now."""
         self.cfg = cfg
         self.device = resolve_device(cfg.learner.device, cfg.learner.cuda)
         if cfg.learner.amp != "off" and self.device.type != "cuda":
@@ -205,11 +215,23 @@ class PPOLearner:
         self.rng = np.random.default_rng(seed + rank)  # rank r shuffles with seed + r, as CleanRL
         self.rank = rank
         self.sync: Optional[GradAllReduce] = None
+        threads = torch.get_num_threads() if threads is None else threads
+        self.shards = ShardPool(shard_plan(cfg, threads, self.device.type == "cpu"))
 
-    def update(self, batch: RolloutBatch, iteration: int,
-               halfway: Optional[Callable[[], None]] = None) -> dict:
-        return update(self.agent, self.optimizer, batch, self.cfg, iteration, self.rng,
-                      self.device, self.sync, halfway)
+    def update(self, batch: RolloutBatch, iteration: int, wide: int = 0,
+               ready: Optional[Callable[[], bool]] = None) -> dict:
+        """On this process's torch threads; with `ready` (--overlap), on `wide` from the first
+        gradient slice after ready() says the runners' cores are free (the numbers do not
+        change: core/shards.py). The thread count is as before afterwards."""
+        threads = torch.get_num_threads()
+        self.shards.start(threads, wide, ready)
+        if self.shards.plan.count > 1:  # every op of a sliced update on a slice's threads, so
+            torch.set_num_threads(self.shards.plan.intra)  # its numbers never depend on width
+        try:
+            return update(self.agent, self.optimizer, batch, self.cfg, iteration, self.rng,
+                          self.device, self.sync, self.shards)
+        finally:
+            torch.set_num_threads(threads)
 
     def get_weights(self) -> dict:
         """CPU copies of the parameters, for the env runners' policy copies."""

@@ -78,7 +78,7 @@ class RayBackend:
 
     def _describe(self) -> BackendInfo:
         runner_nodes = self._ask_runners("node_id")
-        device, gpu_name, learner_threads, handover, learner_reuse = self._learner_device
+        device, gpu_name, learner_threads, handover, learner_reuse, shards = self._learner_device
         runner_threads, runner_reuse = self._ask_runners("threads", only=0)[0]
         group = ray.get_runtime_context().get_placement_group_id()
         theirs = self._ask_runners("placement_group_id") + self._learner_groups
@@ -88,7 +88,7 @@ class RayBackend:
                            learner_threads=learner_threads, runner_threads=runner_threads,
                            runner_device=self.cfg.runner.runner_device,
                            malloc_reuse=learner_reuse and runner_reuse,
-                           learner_handover_threads=handover)
+                           learner_handover_threads=handover, grad_shards=shards)
 
     def describe(self) -> BackendInfo:
         return self._info
@@ -271,7 +271,7 @@ class RayBackend:
         [k*S, (k+1)*S) of their concatenation, S = num_envs / num_learners."""
         start = time.perf_counter()
         share = sum(n for _, n in runner_batches) // len(self.learners)
-        # --overlap's handover waits for the rollout in flight (a list: Ray passes it unresolved)
+        # --overlap's handover watches the rollout in flight (a list: Ray passes it unresolved)
         in_flight = self.in_flight if self.threads.handover else None
         refs = [learner.update.remote(env_shares(runner_batches, k * share, (k + 1) * share),
                                       iteration, in_flight)

@@ -21,7 +21,6 @@ from distppo.errors import UserError
 from distppo.testing import faults
 
 GROUP_TIMEOUT = datetime.timedelta(minutes=10)
-HANDOVER_WAIT_S = 600.0  # a rollout not delivered by then: the handover goes ahead anyway
 
 
 class Learner:
@@ -33,14 +32,16 @@ class Learner:
         torch.set_num_threads(self.threads)
         self.malloc_reuse = reuse_freed_memory(cfg.runner.malloc_reuse)
         check_gpu(cfg)
-        self.core = PPOLearner(cfg, obs_shape, num_actions, cfg.seed, rank)
-        # --overlap on a small node: the second half of each update on the runners' cores too
-        # (resources.ray_threads); not for a CUDA learner, whose update does not run on its
-        # threads, nor for an update of one step (it would wait for the rollout first);
-        # 0: none (also where the cores cap it at the learner's own count)
-        one_step = cfg.ppo.update_epochs * cfg.ppo.num_minibatches < 2
-        handover = 0 if self.core.device.type != "cpu" or one_step else min(handover, cores())
-        self.handover = handover if handover > self.threads else 0
+        # --overlap on a small node: each update on the runners' cores too once they have
+        # delivered (resources.ray_threads), through its gradient slices (--grad-shards), so
+        # the numbers do not depend on when that happens; 0: none (where the cores cap it at
+        # the learner's own count, and where the update is not sliced: a CUDA learner's, one
+        # with --grad-shards 1)
+        handover = min(handover, cores())
+        handover = handover if handover > self.threads else 0
+        self.core = PPOLearner(cfg, obs_shape, num_actions, cfg.seed, rank,
+                               threads=max(self.threads, handover))
+        self.handover = handover if self.core.shards.plan.count > 1 else 0
         faults.kill_once("learner_init")
 
     def rendezvous_address(self) -> tuple[str, int]:
@@ -66,41 +67,21 @@ class Learner:
         """shares: [(batch ObjectRef, first env, end env)], the runners' envs this learner
         trains on; fetched here, straight from the runners, never through the trainer.
         in_flight: with --overlap, the metas (ObjectRefs, unresolved) of the rollout the runners
-        sample meanwhile: the thread handover waits for them ([]: none in flight, the last
-        iteration, so the whole update takes the handover's threads)."""
+        sample meanwhile: once they are all ready (a runner that died counts: its restart
+        samples after this update), the update's gradient slices take the handover's threads
+        ([]: none in flight, the last iteration: from the start)."""
         start = time.perf_counter()
         batches = ray.get([ref for ref, _, _ in shares])
         batch = RolloutBatch.concat([b if (lo, hi) == (0, b.num_envs) else b.env_slice(lo, hi)
                                      for b, (_, lo, hi) in zip(batches, shares)])
         fetched = time.perf_counter()
-        halfway = None
+        ready = None
         if self.handover and in_flight is not None:
-            if in_flight:
-                halfway = functools.partial(self._take_over, in_flight)
-            else:
-                torch.set_num_threads(self.handover)
-        try:
-            stats = self.core.update(batch, iteration, halfway)
-        finally:
-            torch.set_num_threads(self.threads)
+            ready = functools.partial(delivered, in_flight) if in_flight else lambda: True
+        stats = self.core.update(batch, iteration, self.handover, ready)
         stats["t_fetch_s"] = fetched - start
         stats["t_update_s"] = time.perf_counter() - fetched
         return stats
-
-    def _take_over(self, in_flight: list) -> None:
-        """Halfway through an --overlap update: once the runners have delivered (their metas
-        are ready; a runner that died counts as done: its restart samples after this update),
-        their cores are idle until the next weights, so the update takes them. The switch
-        happens at the same minibatch step in every run, so the numbers do not depend on
-        timing: a rollout still out after HANDOVER_WAIT_S (a stalled runner) is said in one
-        line and the update takes the threads anyway, beside it."""
-        ready, _ = ray.wait(in_flight, num_returns=len(in_flight), timeout=HANDOVER_WAIT_S,
-                            fetch_local=False)
-        if len(ready) < len(in_flight):
-            print(f"learner: the rollout in flight was not in after {HANDOVER_WAIT_S:.0f} s; "
-                  f"the update's second half runs on {self.handover} threads beside it",
-                  flush=True)
-        torch.set_num_threads(self.handover)
 
     def get_weights(self) -> dict:
         return self.core.get_weights()
@@ -112,12 +93,12 @@ class Learner:
         faults.kill_once("learner_load")
         self.core.load_state_dict(state)
 
-    def device(self) -> tuple[str, str, int, int, bool]:
+    def device(self) -> tuple[str, str, int, int, bool, int]:
         """(torch device, CUDA device name or "", torch threads, handover threads (0: none),
-        --malloc-reuse applied)."""
+        --malloc-reuse applied, gradient slices)."""
         device = str(self.core.device)
         return (device, device_name(device), torch.get_num_threads(), self.handover,
-                self.malloc_reuse)
+                self.malloc_reuse, self.core.shards.plan.count)
 
     def placement_group_id(self) -> str | None:
         return ray.get_runtime_context().get_placement_group_id()
@@ -135,6 +116,13 @@ def check_gpu(cfg: TrainConfig) -> None:
         raise UserError(f"a GPU was granted but CUDA is not usable here: Ray gave this learner "
                         f"GPU {granted[0]} and torch {torch.__version__} (CUDA "
                         f"{torch.version.cuda or 'none'}) sees no device: use --learner-gpus 0")
+
+
+def delivered(refs: list) -> bool:
+    """Whether every ObjectRef in refs is ready (a value or an error), without waiting or
+    fetching it here."""
+    ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0, fetch_local=False)
+    return len(ready) == len(refs)
 
 
 RemoteLearner = ray.remote(Learner)

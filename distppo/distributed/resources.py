@@ -22,7 +22,7 @@ def ray_threads(cfg: TrainConfig, cpus: float) -> Threads:
     reservation (round(runner_cpus), scaled down when it alone exceeds the CPUs) and the
     learners share the rest, at least one thread each, and hand over: where a learner's share
     is at most half of what it gets without --overlap (a small node), it takes that (`handover`)
-    for the second half of each update, after the runners have delivered; the runners then
+    for its gradient slices once the runners have delivered (--grad-shards); the runners then
     wait for weights, so the handover never runs more threads than CPUs. Never more threads at
     once than CPUs, unless there are more processes than CPUs (each gets 1)."""
     r, lr = cfg.runner, cfg.learner

@@ -75,8 +75,7 @@ COLUMNS: tuple[Column, ...] = (
            "constant (CleanRL: NaN)", nullable=True),
     Column("t_env_s", _F, "s", "stepping envs during the rollout"),
     Column("t_infer_s", _F, "s", "policy forward passes during the rollout"),
-    Column("t_learn_s", _F, "s", "the PPO update (GAE, epochs x minibatches; with --overlap's "
-           "handover, the learner's wait for the rollout in flight too)"),
+    Column("t_learn_s", _F, "s", "the PPO update (GAE, epochs x minibatches)"),
     Column("t_transfer_s", _F, "s",
            "moving batches and weights between processes; 0 in local mode"),
     Column("t_wait_s", _F, "s",
@@ -87,8 +86,8 @@ COLUMNS: tuple[Column, ...] = (
     Column("num_learners", _I, "-", "learner processes (1 in local mode)"),
     Column("learner_threads", _I, "threads",
            "torch intra-op threads of each learner process (local mode: of the process); 0 = "
-           "not recorded (rows written before this column); with --overlap's handover, the "
-           "first half's (config.json placement.learner_handover_threads: the second's)"),
+           "not recorded (rows written before this column); with --overlap's handover, before "
+           "the runners have delivered (config.json placement.learner_handover_threads: after)"),
     Column("runner_threads", _I, "threads",
            "torch intra-op threads of each env-runner process (local mode: of the process); "
            "0 = not recorded (rows written before this column)"),

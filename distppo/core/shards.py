@@ -1,0 +1,111 @@
+"""--grad-shards: a minibatch's gradient as the sum of its slices' gradients, each slice on one
+torch thread (ShardPlan.intra), side by side on a small thread pool.
+
+Why: on a CPU, one convolution pass over 256 frames on 2 threads takes ~101 ms per minibatch
+step, two 128-frame slices on one thread each, at once, ~77 ms (docs/benchmarks.md). And the
+numbers: a slice's gradient depends on its samples and its thread count only, never on how
+many slices run at once, so --overlap's learner runs the slices one after another while the
+runners sample and side by side once they have delivered (`ShardPool.start`), and a seed gives
+the same numbers whichever happened. The loss is CleanRL's minibatch loss: advantages
+normalised over the whole minibatch, each slice's sums divided by the minibatch's size
+(ppo_loss(total=...)), the slices' gradients added in slice order; only float rounding differs
+from one pass (--grad-shards 1).
+"""
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from typing import Callable, Optional
+
+import numpy as np
+import torch
+import torch.nn as nn
+
+from distppo.core.ppo import ppo_loss
+from distppo.core.threads import ShardPlan
+
+
+class ShardPool:
+    """Runs a minibatch's slices, `width` at a time: the first on the calling thread, the
+    others on pool threads; every slice on `plan.intra` torch threads."""
+
+    def __init__(self, plan: ShardPlan):
+        self.plan = plan
+        self.width = 1
+        self._wide, self._ready = 1, None
+        self._pool = ThreadPoolExecutor(plan.count - 1, "grad-shard") if plan.count > 1 else None
+
+    def start(self, threads: int, wide: int = 0, ready: Optional[Callable[[], bool]] = None):
+        """Before an update: slices at once on `threads` threads; with `ready`, on `wide`
+        threads from the first slice after ready() says so (--overlap: the runners have
+        delivered, their cores are idle)."""
+        self.width = self._slices(threads)
+        self._wide, self._ready = self._slices(wide), ready
+
+    def _slices(self, threads: int) -> int:
+        return max(1, min(self.plan.count, threads // self.plan.intra))
+
+    def map(self, fn: Callable, items: list) -> list:
+        """[fn(item)] in item order, `width` at a time."""
+        out: list = []
+        i = 0
+        while i < len(items):
+            if self._ready is not None and self._ready():
+                self.width, self._ready = max(self.width, self._wide), None
+            group = items[i:i + self.width]
+            futures = [self._pool.submit(self._on_threads, fn, x) for x in group[1:]]
+            out.append(self._on_threads(fn, group[0]))
+            out.extend(f.result() for f in futures)
+            i += len(group)
+        return out
+
+    def _on_threads(self, fn: Callable, item):
+        # torch's thread count is per calling thread (OpenMP): a pool thread sets its own
+        torch.set_num_threads(self.plan.intra)
+        return fn(item)
+
+
+def slices(count: int, mb_size: int, envs: Optional[np.ndarray]) -> list:
+    """A minibatch cut into `count` slices: [(positions in the minibatch, the slice's envs)].
+    Flat PPO (envs None): contiguous runs of positions. PPO-LSTM: whole env sequences; the
+    minibatch is time-major over its envs ([T * E]), so a slice takes columns of [T, E]."""
+    if envs is None:
+        return [(torch.as_tensor(pos), None) for pos in np.array_split(np.arange(mb_size), count)]
+    grid = np.arange(mb_size).reshape(-1, len(envs))  # [T, E]
+    return [(torch.as_tensor(grid[:, cols].ravel()), envs[cols])
+            for cols in np.array_split(np.arange(len(envs)), count)]
+
+
+def sharded_gradients(pool: ShardPool, agent: nn.Module, forward: Callable, b: dict,
+                      mb_inds: torch.Tensor, mbenvinds: Optional[np.ndarray], p) -> dict:
+    """One minibatch step's gradient, slice by slice, left in the parameters' .grad as
+    loss.backward() leaves it; returns the minibatch's stats (ppo_loss's). b: the flat batch
+    (b_logprobs, b_advantages, b_returns, b_values, b_valid: CleanRL's names); forward(inds,
+    envs): the slice's (newlogprob, entropy, newvalue)."""
+    keep = None if b["valid"] is None else b["valid"][mb_inds]  # [MB] bool, EnvPool LSTM
+    mb_advantages = b["advantages"][mb_inds]
+    total = len(mb_inds) if keep is None else int(keep.sum())
+    if p.norm_adv:  # over the whole minibatch (its valid steps), as ppo_loss does in one pass
+        a = mb_advantages if keep is None else mb_advantages[keep]
+        mb_advantages = (mb_advantages - a.mean()) / (a.std() + 1e-8)
+    params = list(agent.parameters())
+
+    def one(piece):
+        pos, envs = piece
+        inds = mb_inds[pos]
+        newlogprob, entropy, newvalue = forward(inds, envs)
+        adv = mb_advantages[pos]
+        if keep is not None:
+            k = keep[pos]
+            newlogprob, entropy, newvalue, inds, adv = (newlogprob[k], entropy[k], newvalue[k],
+                                                        inds[k], adv[k])
+        loss, stats = ppo_loss(
+            newlogprob, entropy, newvalue, b["logprobs"][inds], adv, b["returns"][inds],
+            b["values"][inds], clip_coef=p.clip_coef, ent_coef=p.ent_coef, vf_coef=p.vf_coef,
+            norm_adv=False, clip_vloss=p.clip_vloss, total=max(total, 1))
+        return torch.autograd.grad(loss, params, allow_unused=True), stats
+
+    results = pool.map(one, slices(pool.plan.count, len(mb_inds), mbenvinds))
+    for i, param in enumerate(params):
+        grads = [g[i] for g, _ in results if g[i] is not None]
+        param.grad = None if not grads else sum(grads[1:], grads[0])
+    return {k: sum(s[k] for _, s in results) for k in results[0][1]}
