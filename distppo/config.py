@@ -215,11 +215,12 @@ class LearnerConfig:
     """torch.compile the learner's model (same numbers within float rounding)"""
     grad_shards: str = "auto"
     """a CPU learner computes each minibatch's gradient as the sum of this many slices of it,
-    each on one torch thread, side by side (core/shards.py): faster than one pass on several
-    threads, and with --overlap the slices run one by one while the runners sample and side by
-    side once they have delivered, with the same numbers either way. auto: one slice per
-    thread the update may use, of at least 64 samples (PPO-LSTM: whole envs); 1 on a GPU and
-    with --compile. 1: CleanRL's single pass. Same learning within float rounding (recorded)"""
+    side by side, each on a fixed number of torch threads (core/shards.py); with --overlap the
+    slices run one by one while the runners sample and side by side once they have delivered,
+    with the same numbers either way. auto: with --overlap's handover (a small node), one slice
+    per thread the update may use, of at least 64 samples (PPO-LSTM: whole envs); otherwise 1.
+    Always 1 on a GPU. 1: CleanRL's single pass. Same learning within float rounding
+    (recorded)"""
     amp: str = "off"
     """mixed precision of the learner's update: off | bf16 (GPU only)"""
 

@@ -39,7 +39,8 @@ def _run(cfg: TrainConfig, batch: RolloutBatch, threads: int, **update_kw):
     before = torch.get_num_threads()
     try:
         torch.set_num_threads(1)  # the initial weights too depend on the threads (orthogonal_)
-        learner = PPOLearner(cfg, batch.obs.shape[2:], 4, seed=1, threads=2)
+        learner = PPOLearner(cfg, batch.obs.shape[2:], 4, seed=1,
+                             threads=cfg.learner.grad_shards)
         torch.set_num_threads(threads)
         stats = learner.update(batch, iteration=1, **update_kw)
         assert torch.get_num_threads() == threads  # as before the update
@@ -65,12 +66,13 @@ def test_sliced_update_gives_the_one_pass_update(algo, valid):
         torch.testing.assert_close(two_w[k], one_w[k], rtol=1e-4, atol=1e-6, msg=k)
 
 
-@pytest.mark.parametrize("algo", ["ppo", "ppo_lstm"])
-def test_slices_give_the_same_numbers_one_by_one_side_by_side_or_switching(algo):
-    """The same sliced update one slice at a time (1 thread), two at once (2 threads), and one
-    at a time until ready() says so, then two (--overlap's handover): bit for bit the same."""
+@pytest.mark.parametrize("algo,shards", [("ppo", 2), ("ppo", 4), ("ppo_lstm", 2)])
+def test_slices_give_the_same_numbers_one_by_one_side_by_side_or_switching(algo, shards):
+    """The same sliced update one slice at a time (1 thread), all at once (a thread each), and
+    one at a time until ready() says so, then all at once (--overlap's handover): bit for bit
+    the same (4 slices: their sum is taken in slice order, not in the order they finish)."""
     batch = _batch(algo)
-    cfg = _cfg(algo, 2)
+    cfg = _cfg(algo, shards)
     calls = []
 
     def ready():  # the runners deliver after the 3rd slice group
@@ -78,10 +80,10 @@ def test_slices_give_the_same_numbers_one_by_one_side_by_side_or_switching(algo)
         return len(calls) > 3
 
     runs = {"one by one": _run(cfg, batch, threads=1),
-            "side by side": _run(cfg, batch, threads=2),
-            "switching": _run(cfg, batch, threads=1, wide=2, ready=ready)}
+            "side by side": _run(cfg, batch, threads=shards),
+            "switching": _run(cfg, batch, threads=1, wide=shards, ready=ready)}
     widths = {name: learner.shards.width for name, (_, _, learner) in runs.items()}
-    assert widths == {"one by one": 1, "side by side": 2, "switching": 2}
+    assert widths == {"one by one": 1, "side by side": shards, "switching": shards}
     assert len(calls) == 4  # asked before each group until it said yes, then no more
     base_stats, base_w, _ = runs["one by one"]
     for name, (stats, weights, _) in runs.items():
@@ -90,23 +92,31 @@ def test_slices_give_the_same_numbers_one_by_one_side_by_side_or_switching(algo)
             assert torch.equal(weights[k], base_w[k]), (name, k)
 
 
-def test_grad_shards_auto_is_one_slice_per_thread_of_at_least_64_samples():
+def test_grad_shards_auto_slices_a_handover_one_slice_per_thread_of_at_least_64_samples():
     cfg = TrainConfig()  # 8 envs x 128 steps, 4 minibatches: 256 samples each
-    assert shard_plan(cfg, 2, on_cpu=True) == ShardPlan(2, 1)
-    assert shard_plan(cfg, 1, on_cpu=True) == ShardPlan(1, 1)
-    assert shard_plan(cfg, 16, on_cpu=True) == ShardPlan(4, 4)  # 4 slices of 64, 4 threads each
-    assert shard_plan(cfg, 2, on_cpu=False) == ShardPlan(1, 2)  # a GPU: one pass
-    assert shard_plan(cfg.replace(compile=True), 2, on_cpu=True) == ShardPlan(1, 2)
-    assert shard_plan(cfg.replace(num_steps=16), 2, on_cpu=True) == ShardPlan(1, 2)  # 32 samples
+    # --overlap's handover (1 thread of its own, 2 once the runners have delivered)
+    assert shard_plan(cfg, 2, on_cpu=True, own=1) == ShardPlan(2, 1)
+    # 4 slices of 64, never more threads each than the learner's own 2
+    assert shard_plan(cfg, 16, on_cpu=True, own=2) == ShardPlan(4, 2)
+    # no handover (--local, Ray without --overlap, a big node): one pass on every thread
+    for threads in (1, 2, 16):
+        assert shard_plan(cfg, threads, on_cpu=True) == ShardPlan(1, threads)
+    assert shard_plan(cfg, 2, on_cpu=False, own=1) == ShardPlan(1, 1)  # a GPU: one pass
+    assert shard_plan(cfg.replace(compile=True), 2, on_cpu=True, own=1) == ShardPlan(1, 1)
+    assert shard_plan(cfg.replace(num_steps=16), 2, on_cpu=True, own=1).count == 1  # 32 samples
     # two data-parallel learners: each trains on 4 envs, minibatches of 128
-    assert shard_plan(cfg.replace(num_learners=2), 4, on_cpu=True) == ShardPlan(2, 2)
+    assert shard_plan(cfg.replace(num_learners=2), 4, on_cpu=True, own=1) == ShardPlan(2, 1)
     # PPO-LSTM: whole envs, 2 per minibatch
-    assert shard_plan(cfg.replace(algo="ppo_lstm"), 4, on_cpu=True) == ShardPlan(2, 2)
+    assert shard_plan(cfg.replace(algo="ppo_lstm"), 4, on_cpu=True, own=2) == ShardPlan(2, 2)
     # a number is taken as given, at most one slice per sample (PPO-LSTM: per env)
     given = cfg.replace(grad_shards=3)
     assert shard_plan(given, 2, on_cpu=True) == ShardPlan(3, 1)
     assert shard_plan(given.replace(algo="ppo_lstm"), 2, on_cpu=True) == ShardPlan(2, 1)
-    assert shard_plan(given, 2, on_cpu=False) == ShardPlan(3, 1)
+    assert shard_plan(given, 2, on_cpu=False) == ShardPlan(1, 2)  # a GPU: one pass, always
+    # --overlap's handover (1 thread of its own, 4 once the runners have delivered): a slice
+    # never takes more threads than the learner has before the runners deliver
+    assert shard_plan(cfg.replace(grad_shards=2), 4, on_cpu=True, own=1) == ShardPlan(2, 1)
+    assert shard_plan(cfg.replace(algo="ppo_lstm"), 4, on_cpu=True, own=1) == ShardPlan(2, 1)
 
 
 def test_grad_shards_parse_and_refuse_bad_values():

@@ -292,7 +292,7 @@ def _cartpole_batch(t: int, n: int) -> RolloutBatch:
 def test_learner_takes_the_runners_cores_once_the_rollout_is_in(ray_cluster):
     """Learner, the plain object the Ray actor wraps, with 1 thread and a handover to 2, its
     minibatch gradients in 2 slices: with a rollout in flight the slices run one at a time
-    (this small update is over before the 2 s rollout is in); with the rollout in, or none in
+    (this small update is over long before the 60 s rollout is in); with the rollout in, or none in
     flight ([]: the last iteration), two at once; without a handover (None: no --overlap) one
     at a time. Every slice on 1 torch thread; the learner back on 1 after every update. With
     --grad-shards 1 there is nothing to widen: no handover."""
@@ -318,13 +318,14 @@ def test_learner_takes_the_runners_cores_once_the_rollout_is_in(ray_cluster):
 
         pool._on_threads = spy
         shares = [(ray.put(_cartpole_batch(8, 4)), 0, 4)]
-        slow = ray.remote(lambda: time.sleep(2)).remote()  # a rollout still out at the start
+        slow = ray.remote(lambda: time.sleep(60)).remote()  # a rollout still out throughout
         for in_flight, width in (([slow], 1), ([ray.put("meta")], 2), ([], 2), (None, 1)):
             seen.clear()
             learner.update(shares, 1, in_flight)
             assert seen == [(width, 1)] * 8, (in_flight, seen)  # 4 steps x 2 slices
             assert torch.get_num_threads() == 1
         assert not ray.wait([slow], timeout=0)[0], "the update waited for the rollout"
+        ray.cancel(slow, force=True)
         assert Learner(cfg.replace(grad_shards=1), (4,), 2, threads=1, handover=2).handover == 0
     finally:
         torch.set_num_threads(before)

@@ -1,15 +1,15 @@
-"""--grad-shards: a minibatch's gradient as the sum of its slices' gradients, each slice on one
-torch thread (ShardPlan.intra), side by side on a small thread pool.
+"""--grad-shards: a minibatch's gradient as the sum of its slices' gradients, each slice on a
+fixed number of torch threads (ShardPlan.intra: 1 on a small node), side by side on a small
+thread pool.
 
-Why: on a CPU, one convolution pass over 256 frames on 2 threads takes ~101 ms per minibatch
-step, two 128-frame slices on one thread each, at once, ~77 ms (docs/benchmarks.md). And the
-numbers: a slice's gradient depends on its samples and its thread count only, never on how
-many slices run at once, so --overlap's learner runs the slices one after another while the
+Why: a slice's gradient depends on its samples and its thread count only, never on how many
+slices run at once, so --overlap's learner runs the slices one after another while the
 runners sample and side by side once they have delivered (`ShardPool.start`), and a seed gives
 the same numbers whichever happened. The loss is CleanRL's minibatch loss: advantages
 normalised over the whole minibatch, each slice's sums divided by the minibatch's size
 (ppo_loss(total=...)), the slices' gradients added in slice order; only float rounding differs
-from one pass (--grad-shards 1).
+from one pass (--grad-shards 1). A whole update is no faster sliced than in one pass on the
+same threads (docs/benchmarks.md), so auto slices only where a learner hands over.
 """
 from __future__ import annotations
 
@@ -59,8 +59,9 @@ class ShardPool:
         return out
 
     def _on_threads(self, fn: Callable, item):
-        # torch's thread count is per calling thread (OpenMP): a pool thread sets its own
-        torch.set_num_threads(self.plan.intra)
+        # torch's thread count is per calling thread (OpenMP): a pool thread sets its own, once
+        if torch.get_num_threads() != self.plan.intra:
+            torch.set_num_threads(self.plan.intra)
         return fn(item)
 
 
@@ -101,6 +102,7 @@ def sharded_gradients(pool: ShardPool, agent: nn.Module, forward: Callable, b: d
         loss, stats = ppo_loss(
             newlogprob, entropy, newvalue, b["logprobs"][inds], adv, b["returns"][inds],
             b["values"][inds], clip_coef=p.clip_coef, ent_coef=p.ent_coef, vf_coef=p.vf_coef,
+            # (a minibatch with no valid step at all: 0 here where one pass gives NaN)
             norm_adv=False, clip_vloss=p.clip_vloss, total=max(total, 1))
         return torch.autograd.grad(loss, params, allow_unused=True), stats
 

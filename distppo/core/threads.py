@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import Optional
 
 from distppo.config import TrainConfig
 
@@ -94,17 +95,22 @@ class ShardPlan:
     intra: int
 
 
-def shard_plan(cfg: TrainConfig, threads: int, on_cpu: bool) -> ShardPlan:
+def shard_plan(cfg: TrainConfig, threads: int, on_cpu: bool,
+               own: Optional[int] = None) -> ShardPlan:
     """--grad-shards for a learner whose update may use `threads` torch threads at its widest
-    (with --overlap's handover, the handover's) and trains on `cfg`'s share of the envs.
+    (with --overlap's handover, the handover's; `own`: its threads before the runners have
+    delivered, default `threads`) and trains on `cfg`'s share of the envs.
 
-    auto: one slice per thread, each of at least MIN_SLICE_SAMPLES samples (on 2 cores, 2
-    slices of 128 frames: 77 ms per minibatch step against 101 ms for one 2-thread pass,
-    docs/benchmarks.md); 1 on a GPU and with --compile. A number: as given. Either way at most
-    one slice per sample (PPO-LSTM: per env of the minibatch, whose sequence stays whole).
-    Slices take the threads between them (intra = threads // count, at least 1). Fixed by the
-    config and the node, never by timing: a seed's numbers do not depend on how many slices
-    ran at once."""
+    auto: for --overlap's handover (`own` < `threads`), one slice per thread, each of at least
+    MIN_SLICE_SAMPLES samples: the slices let the update widen the moment the runners deliver
+    without changing its numbers; otherwise 1, one pass (slices are no faster in a whole
+    update: 1.37-1.42 s per 16-step update either way on 2 cores, docs/benchmarks.md), and 1
+    with --compile. A number: as given. Either way 1 on a GPU (the
+    update does not run on the threads) and at most one slice per sample (PPO-LSTM: per env of
+    the minibatch, whose sequence stays whole). Slices take the threads between them (intra =
+    threads // count, at least 1), never more than `own`, so that a slice run before the
+    handover does not oversubscribe the learner's share. Fixed by the config and the node,
+    never by timing: a seed's numbers do not depend on how many slices ran at once."""
     lr, p = cfg.learner, cfg.ppo
     envs = max(1, cfg.env.num_envs // lr.num_learners)  # this learner's share
     if p.algo == "ppo_lstm":  # a minibatch is whole env sequences
@@ -112,10 +118,13 @@ def shard_plan(cfg: TrainConfig, threads: int, on_cpu: bool) -> ShardPlan:
         samples = most * p.num_steps
     else:
         samples = most = max(1, envs * p.num_steps // p.num_minibatches)
-    if lr.grad_shards == "auto":
-        count = threads if on_cpu and not lr.compile else 1
-        count = min(count, max(1, samples // MIN_SLICE_SAMPLES))
+    own = threads if own is None else own
+    if not on_cpu:
+        count = 1
+    elif lr.grad_shards == "auto":
+        hands_over = own < threads and not lr.compile
+        count = min(threads, max(1, samples // MIN_SLICE_SAMPLES)) if hands_over else 1
     else:
         count = lr.grad_shards
     count = max(1, min(count, most))
-    return ShardPlan(count, max(1, threads // count))
+    return ShardPlan(count, max(1, min(threads // count, own)))

@@ -196,9 +196,9 @@ class PPOLearner:
     """Owns the agent, the optimizer and the minibatch RNG; plain Python, no Ray."""
 
     def __init__(self, cfg: TrainConfig, obs_shape: tuple, num_actions: int, seed: int,
-                 rank: int = 0, threads: Optional[int] = None):
+                 rank: int = 0, threads: Optional[int] = None, own: Optional[int] = None):
         """threads: the most torch threads its updates may use (--grad-shards auto takes one
-        slice per thread); default: this process's count now."""
+        slice per thread), own: before --overlap's handover; default: this process's count."""
         self.cfg = cfg
         self.device = resolve_device(cfg.learner.device, cfg.learner.cuda)
         if cfg.learner.amp != "off" and self.device.type != "cuda":
@@ -216,7 +216,7 @@ class PPOLearner:
         self.rank = rank
         self.sync: Optional[GradAllReduce] = None
         threads = torch.get_num_threads() if threads is None else threads
-        self.shards = ShardPool(shard_plan(cfg, threads, self.device.type == "cpu"))
+        self.shards = ShardPool(shard_plan(cfg, threads, self.device.type == "cpu", own))
 
     def update(self, batch: RolloutBatch, iteration: int, wide: int = 0,
                ready: Optional[Callable[[], bool]] = None) -> dict:

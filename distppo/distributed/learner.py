@@ -40,7 +40,7 @@ class Learner:
         handover = min(handover, cores())
         handover = handover if handover > self.threads else 0
         self.core = PPOLearner(cfg, obs_shape, num_actions, cfg.seed, rank,
-                               threads=max(self.threads, handover))
+                               threads=max(self.threads, handover), own=self.threads)
         self.handover = handover if self.core.shards.plan.count > 1 else 0
         faults.kill_once("learner_init")
 
