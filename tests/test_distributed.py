@@ -262,13 +262,15 @@ def test_multi_node_spread_and_node_removal(tmp_path):
     # the head has no CPUs, so SPREAD puts one runner on each worker; we remove the worker
     # that hosts the learner, so a runner and the learner die together (the learner's death
     # also fails the runners' sample calls that were given its weights); the other worker
-    # can host them all
+    # can host them all. Removed once iteration 5's checkpoint is on disk (written atomically),
+    # so the run rewinds to it: removed as soon as iteration 5's row was flushed, the node went
+    # while that checkpoint was being made, and the run rightly rewound to iteration 0 (CI, once)
     def remove_learners_node(cluster, workers, proc):
-        parquet = tmp_path / "mn" / "metrics.parquet"
+        checkpoint = tmp_path / "mn" / "checkpoints" / "ckpt_000005.pt"
         deadline = time.time() + 180
-        while not (parquet.exists() and len(pd.read_parquet(parquet)) >= 3):
+        while not checkpoint.exists():
             assert time.time() < deadline and proc.poll() is None, "run did not get going"
-            time.sleep(0.2)
+            time.sleep(0.1)
         cluster.remove_node(_node_hosting(workers, "ray::Learner"))
 
     returncode, out, err = _train_on_two_workers(tmp_path, 40, {}, remove_learners_node)
