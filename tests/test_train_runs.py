@@ -80,19 +80,24 @@ def test_kill_and_resume(tmp_path):
     assert steps == df["global_step"].tolist()
 
 
-def _stop_with_sigterm(args, run_dir, past):
+def _stop_with_sigterm(args, run_dir, past, group=False, env=None):
     """Start `distppo train`, SIGTERM it once it checkpointed an iteration after `past`, return
-    (exit status, stderr); the whole stop is bounded by timeouts."""
+    (exit status, stderr); the whole stop is bounded by timeouts. group: the process leads a
+    group of its own, and every process in it gets the signal (its own Ray's daemons too)."""
     def newest():
         return max((int(p.stem.split("_")[1]) for p in run_dir.glob("checkpoints/ckpt_*.pt")),
                    default=0)
-    proc = subprocess.Popen([sys.executable, "-m", "distppo", *args], cwd=REPO,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen([sys.executable, "-m", "distppo", *args], cwd=REPO, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            start_new_session=group)
     try:
         _wait_for(lambda: proc.poll() is not None or newest() > past, 300,
                   "no new checkpoint in time")
         assert proc.poll() is None, proc.stderr.read()[-3000:]
-        proc.send_signal(signal.SIGTERM)
+        if group:
+            os.killpg(proc.pid, signal.SIGTERM)
+        else:
+            proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=120)
     finally:
         if proc.poll() is None:
@@ -126,6 +131,33 @@ def test_sigterm_stops_a_run_in_one_line_and_resume_continues(ray_cluster, tmp_p
     assert "Traceback" not in err and err.strip().splitlines()[-1] == said, err[-3000:]
     second = pd.read_parquet(run_dir / "metrics.parquet")["iteration"].tolist()
     assert len(second) > len(first) and second == list(range(1, len(second) + 1))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_sigterm_to_the_process_group_stops_a_run_on_its_own_ray_in_one_line(tmp_path):
+    """`kill -TERM -- -PGID` and SLURM's scancel signal every process of the group: the GCS and
+    raylet of the run's own local Ray too, which then stop answering. The run's last look at
+    the actor table waited Ray's 60 s for them and Ray's core ended the process (exit 1, its
+    C++ log line). Now: the same one line and exit 143, and --resume finishes the run."""
+    run_dir = tmp_path / "r"
+    own_ray = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    rc, err = _stop_with_sigterm(
+        ["train", "--env-id", "CartPole-v1", "--backend", "gym", "--num-envs", "2",
+         "--num-steps", "64", "--num-minibatches", "2", "--total-timesteps", str(128 * 200),
+         "--checkpoint-every", "5", "--output-dir", str(tmp_path), "--run-name", "r"],
+        run_dir, past=5, group=True, env=own_ray)
+    assert rc == 143, err[-3000:]
+    assert "GCS" not in err and "Traceback" not in err, err[-3000:]
+    assert err.strip().splitlines()[-1] == \
+        "distppo train: stopped by SIGTERM; resume with --resume", err[-3000:]
+    stopped = pd.read_parquet(run_dir / "metrics.parquet")["iteration"].tolist()
+    assert 10 <= len(stopped) < 200 and stopped == list(range(1, len(stopped) + 1))
+
+    done = run_cli("train", "--resume", run_dir, "--local", timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert pd.read_parquet(run_dir / "metrics.parquet")["iteration"].tolist() == \
+        list(range(1, 201))
 
 
 @pytest.mark.slow

@@ -10,8 +10,9 @@
 """
 from __future__ import annotations
 
+import threading
 import time
-from typing import Optional
+from typing import Callable, Optional, TypeVar
 
 import ray
 from ray.exceptions import GetTimeoutError, ObjectLostError, RayActorError, RayTaskError
@@ -37,9 +38,11 @@ from distppo.errors import LearnerFailure, RunnerFailure, UserError
 from distppo.telemetry.faultlog import OnFault, ignore_fault
 from distppo.testing import faults
 
+T = TypeVar("T")
 CALL_TIMEOUT_S = 900.0  # no rollout or update of a sane config takes this long: fail loudly
 RESTART_TIMEOUT_S = 120.0  # a restarted runner that is not back by then is not coming back
 LEARNER_START_TRIES = 5  # learner processes killed while starting, in a row, before giving up
+CLOSE_QUERY_S = 3.0  # the actor table answers in milliseconds while Ray is up
 POLL_S = 1.0  # while waiting on any call, look at the actor table for runner restarts this often
 
 
@@ -235,9 +238,11 @@ class RayBackend:
                     raise
             self._note_restarts()
 
-    def _note_restarts(self) -> None:
-        """Runner restarts since the last look go to on_fault, now."""
-        total = self._count_restarts()
+    def _note_restarts(self, within: Optional[float] = None) -> None:
+        """Runner restarts since the last look go to on_fault, now. within: seconds the actor
+        table may take to answer (None: as long as Ray waits); no answer keeps the last count."""
+        total = self._count_restarts() if within is None else answer_within(
+            within, self._count_restarts, self.runner_restarts)
         if total > self.runner_restarts and not job_ended():  # soak: a driver kill was counted
             self.on_fault("runner_restarts", total - self.runner_restarts,
                           "env runner(s) restarted by Ray")
@@ -322,9 +327,23 @@ class RayBackend:
         return self._get([learner.get_weights.remote() for learner in self.learners])
 
     def close(self) -> None:
-        self._note_restarts()  # a runner killed after its last rollout was still a fault
+        # a runner killed after its last rollout was still a fault; asked within a bound, as a
+        # GCS stopped with this process (a SIGTERM to its whole process group: scancel, kill
+        # -- -PGID) holds the question for 60 s, after which Ray's core ends the process
+        self._note_restarts(within=CLOSE_QUERY_S)
         for actor in self.runners + self.learners:
             ray.kill(actor)
+
+
+def answer_within(seconds: float, ask: Callable[[], T], default: T) -> T:
+    """ask() on a daemon thread; its answer if it comes within `seconds`, else default (the
+    thread is left waiting: a GCS client call cannot be cancelled)."""
+    answers: list = []
+    thread = threading.Thread(target=lambda: answers.append(ask()), daemon=True,
+                              name="distppo-gcs-question")
+    thread.start()
+    thread.join(seconds)
+    return answers[0] if answers else default
 
 
 def lost_input(exc: RayTaskError) -> bool:
