@@ -161,6 +161,61 @@ def test_sigterm_to_the_process_group_stops_a_run_on_its_own_ray_in_one_line(tmp
 
 
 @pytest.mark.slow
+def test_stopped_before_its_first_row_a_run_is_removed_and_starts_again(ray_cluster, tmp_path):
+    """SIGTERM (or Ctrl-C) before a run's first row, here held while its iteration-0
+    checkpoint is made: the folder it left had no checkpoint, so the suggested --resume was
+    refused, and so was a new start under the same name (the folder exists). Now the folder
+    goes and the line says to start again, which works."""
+    args = _tiny_cartpole(tmp_path)
+    held = tmp_path / "learner_state_made"
+    rc, err = _sigterm_when(args, dict(os.environ, DISTPPO_FAULT_PAUSE=f"{tmp_path}:{held.name}@1"),
+                            lambda proc: held.exists())
+    assert rc == 143, err[-3000:]
+    assert err.strip().splitlines()[-1] == (
+        f"distppo train: stopped by SIGTERM; nothing trained yet, {tmp_path / 'r'} removed: "
+        "start the run again"), err[-3000:]
+    assert not (tmp_path / "r").exists()
+    again = subprocess.run(args, cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert pd.read_parquet(tmp_path / "r" / "metrics.parquet")["iteration"].tolist() == [1, 2]
+
+
+@pytest.mark.slow
+def test_sigterm_while_ray_starts_is_the_same_one_line(tmp_path):
+    """SIGTERM while the run starts its own Ray (its GCS is up, ray.init has not returned):
+    ray.init's own handler made it exit 15 without a word. Now the one line and 143."""
+    import psutil
+    own_ray = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    rc, err = _sigterm_when(_tiny_cartpole(tmp_path), own_ray, lambda proc: any(
+        child.name() == "gcs_server" for child in psutil.Process(proc.pid).children()))
+    assert rc == 143, err[-3000:]
+    assert err.strip().splitlines()[-1].startswith(
+        "distppo train: stopped by SIGTERM; nothing trained yet"), err[-3000:]
+
+
+def _tiny_cartpole(tmp_path) -> list:
+    """`distppo train` of run "r": 2 iterations of CartPole."""
+    return [sys.executable, "-m", "distppo", "train", "--env-id", "CartPole-v1", "--backend",
+            "gym", "--num-envs", "2", "--num-steps", "64", "--num-minibatches", "2",
+            "--total-timesteps", "256", "--output-dir", str(tmp_path), "--run-name", "r"]
+
+
+def _sigterm_when(args, env, ready) -> tuple:
+    """Start `args`, SIGTERM it once ready(proc) holds; returns (exit status, stderr)."""
+    proc = subprocess.Popen(args, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            text=True, env=env)
+    try:
+        _wait_for(lambda: proc.poll() is not None or ready(proc), 300, "never got ready")
+        assert proc.poll() is None, proc.stderr.read()[-3000:]
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    return proc.returncode, err
+
+
+@pytest.mark.slow
 def test_eval_prints_return_and_writes_video(tmp_path):
     train_args = ["train", "--local", "--env-id", "Breakout-v5", "--backend", "envpool",
                   "--num-envs", "2", "--num-steps", "16", "--num-minibatches", "2",

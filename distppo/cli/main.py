@@ -76,6 +76,8 @@ def main(argv: Optional[list] = None) -> int:
     except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (Terminated, or Ray's re-raise of it)
         term = isinstance(exc, Terminated) or sigterm_received()
         again = "; resume with --resume" if args.command in RESUMABLE else ""
+        if getattr(exc, "run_discarded", None):  # stopped before its first row: nothing kept
+            again = f"; nothing trained yet, {exc.run_discarded} removed: start the run again"
         print(f"distppo {args.command}: {'stopped by SIGTERM' if term else 'interrupted'}{again}",
               file=sys.stderr)
         return EXIT_SIGTERM if term else EXIT_INTERRUPTED

@@ -75,10 +75,12 @@ def train(cfg: TrainConfig, backend_factory: BackendFactory, resume: Optional[st
             loop.close(quiet=True, ok=False)  # the error that stopped the run is the one to report
             raise
         loop.close()
-    except Exception as exc:
+    except (Exception, KeyboardInterrupt) as exc:
         fresh = run.state is None and (loop is None or loop.rows_written == 0)
-        if fresh:
+        if fresh:  # a Ctrl-C or SIGTERM too: a folder with no checkpoint cannot be resumed
             discard(run.paths)
+            if isinstance(exc, KeyboardInterrupt):
+                exc.run_discarded = run.paths.run_dir  # the CLI says so, not "--resume"
         if isinstance(exc, StorageError):  # say what to do next
             then = ("start the run again" if fresh
                     else f"continue with: distppo train --resume {run.paths.run_dir}")

@@ -12,7 +12,7 @@ import os
 import ray
 
 from distppo.distributed import reaper
-from distppo.errors import stop_on_sigterm
+from distppo.errors import Terminated, stop_on_sigterm
 from distppo.testing import faults
 
 
@@ -44,5 +44,10 @@ def connect(min_cpus: float = 0.0, dashboard: bool = False) -> None:
         kwargs["num_cpus"] = max(os.cpu_count() or 1, int(min_cpus + 0.999))
         logging.getLogger(RAY_AUTH_LOGGER).addFilter(_QUIET_AUTH)
         reaper.watch()
-    ray.init(**kwargs)
+    try:
+        ray.init(**kwargs)
+    except SystemExit:
+        # ray.init exits only from the SIGTERM handlers it installs while it starts (the
+        # signal's number, or 1 once its node is up): that stop is ours to report, in one line
+        raise Terminated() from None
     stop_on_sigterm()  # ray.init put Ray's stack-dumping handler in its place
