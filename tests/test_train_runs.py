@@ -171,9 +171,8 @@ def test_stopped_before_its_first_row_a_run_is_removed_and_starts_again(ray_clus
     rc, err = _sigterm_when(args, dict(os.environ, DISTPPO_FAULT_PAUSE=f"{tmp_path}:{held.name}@1"),
                             lambda proc: held.exists())
     assert rc == 143, err[-3000:]
-    assert err.strip().splitlines()[-1] == (
-        f"distppo train: stopped by SIGTERM; nothing trained yet, {tmp_path / 'r'} removed: "
-        "start the run again"), err[-3000:]
+    assert err.strip().splitlines()[-1] == \
+        "distppo train: stopped by SIGTERM; nothing trained yet: start the run again", err[-3000:]
     assert not (tmp_path / "r").exists()
     again = subprocess.run(args, cwd=REPO, capture_output=True, text=True, timeout=300)
     assert again.returncode == 0, again.stderr[-3000:]
@@ -181,16 +180,25 @@ def test_stopped_before_its_first_row_a_run_is_removed_and_starts_again(ray_clus
 
 
 @pytest.mark.slow
-def test_sigterm_while_ray_starts_is_the_same_one_line(tmp_path):
-    """SIGTERM while the run starts its own Ray (its GCS is up, ray.init has not returned):
-    ray.init's own handler made it exit 15 without a word. Now the one line and 143."""
+@pytest.mark.parametrize("command, said", [
+    ("train", "nothing trained yet: start the run again"),
+    ("sweep", "nothing of it was saved yet: run the same command again")])
+def test_sigterm_while_ray_starts_is_one_line_that_says_start_again(tmp_path, command, said):
+    """SIGTERM while a run or sweep starts its own Ray (its GCS is up, ray.init has not
+    returned): ray.init's own handler made it exit 15 without a word. Now the one line and 143,
+    and since nothing can be resumed yet, it says to start again (it said --resume, which
+    then failed: no checkpoint, no sweep)."""
     import psutil
     own_ray = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    rc, err = _sigterm_when(_tiny_cartpole(tmp_path), own_ray, lambda proc: any(
+    args = _tiny_cartpole(tmp_path)
+    if command == "sweep":
+        args = [*args[:3], "sweep", "--games", "CartPole-v1", *args[6:-4],
+                "--storage", str(tmp_path), "--name", "s"]
+    rc, err = _sigterm_when(args, own_ray, lambda proc: any(
         child.name() == "gcs_server" for child in psutil.Process(proc.pid).children()))
     assert rc == 143, err[-3000:]
-    assert err.strip().splitlines()[-1].startswith(
-        "distppo train: stopped by SIGTERM; nothing trained yet"), err[-3000:]
+    assert err.strip().splitlines()[-1] == \
+        f"distppo {command}: stopped by SIGTERM; {said}", err[-3000:]
 
 
 def _tiny_cartpole(tmp_path) -> list:

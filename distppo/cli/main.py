@@ -2,8 +2,9 @@
 
 User mistakes (ConfigError, UserError, bad flags) print one line and exit 2, no traceback;
 TrainingError prints one line and exits 1. Ctrl-C exits 130 and SIGTERM 143, each with one line
-(a run stops with its files whole and says `--resume`); a sweep takes either as Tune's graceful
-stop and exits 130 (sweep/driver.py).
+(a run stops with its files whole and says `--resume`, or, stopped before anything could be
+resumed, to start again: the commands mark the interrupt `resumable`); a sweep takes either as
+Tune's graceful stop and exits 130 (sweep/driver.py).
 """
 from __future__ import annotations
 
@@ -19,7 +20,9 @@ from distppo.cli.flags import EXIT_USAGE, OneLineParser, normalise_argv
 from distppo.errors import Terminated, TrainingError, UserError, sigterm_received, stop_on_sigterm
 
 COMMANDS = (train, evaluate, bench, sweep, status, plan, report)
-RESUMABLE = ("train", "sweep")
+# what a stop says when it kept nothing to resume (before a run's first row, a sweep's state)
+RESUMABLE = {"train": "nothing trained yet: start the run again",
+             "sweep": "nothing of it was saved yet: run the same command again"}
 EXIT_INTERRUPTED, EXIT_SIGTERM = 130, 143  # 128 + the signal, as a shell reports them
 # What each command imports beyond the base install (`report` needs nothing more). Ray only
 # when the run is not --local.
@@ -75,9 +78,10 @@ def main(argv: Optional[list] = None) -> int:
         return 1
     except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (Terminated, or Ray's re-raise of it)
         term = isinstance(exc, Terminated) or sigterm_received()
-        again = "; resume with --resume" if args.command in RESUMABLE else ""
-        if getattr(exc, "run_discarded", None):  # stopped before its first row: nothing kept
-            again = f"; nothing trained yet, {exc.run_discarded} removed: start the run again"
+        again = ""
+        if args.command in RESUMABLE:
+            again = ("; resume with --resume" if getattr(exc, "resumable", False)
+                     else f"; {RESUMABLE[args.command]}")
         print(f"distppo {args.command}: {'stopped by SIGTERM' if term else 'interrupted'}{again}",
               file=sys.stderr)
         return EXIT_SIGTERM if term else EXIT_INTERRUPTED

@@ -49,15 +49,37 @@ def sweep_config(args: argparse.Namespace) -> SweepConfig:
 
 
 def run(args: argparse.Namespace) -> int:
+    try:
+        return _sweep(args)
+    except KeyboardInterrupt as exc:  # before Tune's graceful stop was in place
+        exc.resumable = bool(args.resume) or _saved(*_where(args))
+        raise
+
+
+def _where(args: argparse.Namespace) -> tuple[str, str]:
+    """(storage, name) of the sweep the flags name."""
+    given = {k: v for k, v in vars(args).items() if k in SweepConfig.__dataclass_fields__}
+    return given.get("storage", SweepConfig.storage), given.get("name", SweepConfig.name)
+
+
+def _saved(storage: str, name: str) -> bool:
+    """Whether --resume could continue <storage>/<name> (False where that cannot be read)."""
+    from distppo.sweep.driver import resumable
+    from distppo.sweep.storage import SweepStorage
+    try:
+        return resumable(SweepStorage(storage, name))
+    except Exception:  # noqa: BLE001 - the stop is what to report, not this look
+        return False
+
+
+def _sweep(args: argparse.Namespace) -> int:
     from distppo.core.threads import set_omp_spincount
     # before torch loads (the driver's imports); the trials run in the Ray this process starts.
     # On --resume the sweep's stored value is not read (its storage may be remote): the flag
     # given, or the default.
     set_omp_spincount(getattr(args, "omp_spincount", None) or TrainConfig().runner.omp_spincount)
     from distppo.sweep.driver import final_report, resume_sweep, start_sweep
-    given = {k: v for k, v in vars(args).items() if k in SweepConfig.__dataclass_fields__}
-    storage = given.get("storage", SweepConfig.storage)
-    name = given.get("name", SweepConfig.name)
+    storage, name = _where(args)
     check_stable_path(storage, "--storage")
     if args.resume:
         result = resume_sweep(storage, name, args.force_unlock)

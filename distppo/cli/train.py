@@ -19,6 +19,14 @@ def add_parser(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    try:
+        return _train(args)
+    except KeyboardInterrupt as exc:  # a new run marks it itself (core/loop.py: from its 1st row)
+        exc.resumable = bool(args.resume) or getattr(exc, "resumable", False)
+        raise
+
+
+def _train(args: argparse.Namespace) -> int:
     from distppo.core.threads import set_omp_spincount
     from distppo.errors import UserError
     from distppo.telemetry.runinfo import read_config_json

@@ -79,8 +79,8 @@ def train(cfg: TrainConfig, backend_factory: BackendFactory, resume: Optional[st
         fresh = run.state is None and (loop is None or loop.rows_written == 0)
         if fresh:  # a Ctrl-C or SIGTERM too: a folder with no checkpoint cannot be resumed
             discard(run.paths)
-            if isinstance(exc, KeyboardInterrupt):
-                exc.run_discarded = run.paths.run_dir  # the CLI says so, not "--resume"
+        if isinstance(exc, KeyboardInterrupt):  # the CLI's line says --resume only if so
+            exc.resumable = not fresh
         if isinstance(exc, StorageError):  # say what to do next
             then = ("start the run again" if fresh
                     else f"continue with: distppo train --resume {run.paths.run_dir}")

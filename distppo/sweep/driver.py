@@ -221,11 +221,16 @@ def _fit(tuner) -> None:
                     signal.signal(s, handler)
 
 
+def resumable(storage: SweepStorage) -> bool:
+    """Whether <storage>/<name> holds a sweep that --resume can continue."""
+    return storage.exists(SWEEP_JSON) and storage.exists(TUNER_STATE)
+
+
 def resume_sweep(storage_uri: str, name: str, force_unlock: bool = False) -> SweepStorage:
     """Continue an interrupted sweep (Tuner.restore): finished trials are kept as they are,
     unfinished and failed ones continue from their last checkpoint. Its stored config wins."""
     storage = SweepStorage(storage_uri, name)
-    if not (storage.exists(SWEEP_JSON) and storage.exists(TUNER_STATE)):
+    if not resumable(storage):
         raise UserError(f"--resume: {storage.uri} holds no sweep (no {SWEEP_JSON} and Tune "
                         "state): check --storage and --name")
     try:
