@@ -45,6 +45,8 @@ class Terminated(KeyboardInterrupt):
 
 
 _SIGTERM = threading.Event()
+# set where a stop interrupted ray.init: the CLI then exits with os._exit once its line is out
+end_now = threading.Event()
 
 
 def sigterm_received() -> bool:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import os
 import sys
 from typing import Optional
 
@@ -17,7 +18,14 @@ from distppo import __version__
 from distppo.cli import bench, plan, report, status, sweep, train
 from distppo.cli import eval as evaluate
 from distppo.cli.flags import EXIT_USAGE, OneLineParser, normalise_argv
-from distppo.errors import Terminated, TrainingError, UserError, sigterm_received, stop_on_sigterm
+from distppo.errors import (
+    Terminated,
+    TrainingError,
+    UserError,
+    end_now,
+    sigterm_received,
+    stop_on_sigterm,
+)
 
 COMMANDS = (train, evaluate, bench, sweep, status, plan, report)
 # what a stop says when it kept nothing to resume (before a run's first row, a sweep's state)
@@ -84,4 +92,9 @@ def main(argv: Optional[list] = None) -> int:
                      else f"; {RESUMABLE[args.command]}")
         print(f"distppo {args.command}: {'stopped by SIGTERM' if term else 'interrupted'}{again}",
               file=sys.stderr)
-        return EXIT_SIGTERM if term else EXIT_INTERRUPTED
+        code = EXIT_SIGTERM if term else EXIT_INTERRUPTED
+        if end_now.is_set():  # connect.py: Ray stopped halfway through its start
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
+        return code

@@ -11,6 +11,7 @@ import os
 
 import ray
 
+from distppo import errors
 from distppo.distributed import reaper
 from distppo.errors import Terminated, stop_on_sigterm
 from distppo.testing import faults
@@ -46,8 +47,15 @@ def connect(min_cpus: float = 0.0, dashboard: bool = False) -> None:
         reaper.watch()
     try:
         ray.init(**kwargs)
-    except SystemExit:
-        # ray.init exits only from the SIGTERM handlers it installs while it starts (the
-        # signal's number, or 1 once its node is up): that stop is ours to report, in one line
-        raise Terminated() from None
+    except (KeyboardInterrupt, SystemExit) as exc:
+        # stopped halfway: Ray's half-started processes are stopped now, and this process is
+        # to end without its C++ teardown (errors.end_now), which then crashed it now and then
+        # (SIGSEGV after the stop's line, no Python frame in it)
+        ray.shutdown()
+        errors.end_now.set()
+        if isinstance(exc, SystemExit):
+            # ray.init exits only from the SIGTERM handlers it installs while it starts (the
+            # signal's number, or 1 once its node is up): that stop is ours to report
+            raise Terminated() from None
+        raise
     stop_on_sigterm()  # ray.init put Ray's stack-dumping handler in its place
