@@ -5,7 +5,9 @@ fix it), TrainingError prints one line and exits 1 (the run could not go on).
 """
 from __future__ import annotations
 
+import os
 import signal
+import sys
 import threading
 
 
@@ -45,14 +47,45 @@ class Terminated(KeyboardInterrupt):
 
 
 _SIGTERM = threading.Event()
-# set where a stop interrupted ray.init: the CLI then exits with os._exit once its line is out
+# set where Ray is left in a state its C++ teardown at exit crashed in now and then (a stop
+# that interrupted ray.init, a GCS that no longer answers): the CLI then ends with os._exit
+# once its line is out (Ray's processes are stopped or reaped: distributed/reaper.py)
 end_now = threading.Event()
+
+
+def end(code: int) -> int:
+    """code; or, where end_now is set, this process ended with it at once (os._exit, after
+    stdout and stderr are flushed)."""
+    if end_now.is_set():
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except OSError:  # a closed pipe: nothing more to say there
+                pass
+        os._exit(code)
+    return code
 
 
 def sigterm_received() -> bool:
     """Whether SIGTERM arrived: Ray re-raises an exception raised by a handler while it waits
     (ray.get) as a bare KeyboardInterrupt, so the exception's type alone cannot tell."""
     return _SIGTERM.is_set()
+
+
+def terminated() -> Terminated:
+    """The Terminated of a SIGTERM that a handler other than ours took (ray.init's own)."""
+    _SIGTERM.set()
+    return Terminated()
+
+
+def mark_resumable(exc: BaseException, resumable: bool) -> None:
+    """Whether what a Ctrl-C or SIGTERM stopped can be continued with --resume (a run from its
+    first row, a sweep once Tune saved its state); the CLI's line says --resume only then."""
+    exc.distppo_resumable = resumable  # type: ignore[attr-defined]
+
+
+def is_resumable(exc: BaseException) -> bool:
+    return bool(getattr(exc, "distppo_resumable", False))
 
 
 def stop_on_sigterm() -> None:

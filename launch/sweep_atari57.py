@@ -108,10 +108,10 @@ def main(argv: list[str] | None = None) -> int:
         try:
             wait_for_gpus(own.wait_for_gpus, own.wait_timeout)
         except KeyboardInterrupt:  # Ctrl-C, or SIGTERM (connect() made it one): nothing started
-            from distppo.errors import sigterm_received
+            from distppo.errors import end, sigterm_received
             print(f"{PROG}: stopped while waiting for GPUs; the sweep did not start",
                   file=sys.stderr)
-            return 143 if sigterm_received() else 130
+            return end(143 if sigterm_received() else 130)
     from distppo.cli.main import main as distppo_main
     from distppo.sweep.driver import EXIT_TRIALS_FAILED
     status = distppo_main(args)

@@ -281,7 +281,7 @@ def test_multi_node_spread_and_node_removal(tmp_path):
     assert df["global_step"].iloc[-1] == 40 * 1024
     assert df["runner_restarts"].iloc[-1] >= 1
     # the loop replaced the learner, rewound to its checkpoint, and counted it
-    assert "every learner replaced and restored from" in err
+    assert "every learner replaced and restored from ckpt_000005.pt (iteration 5)" in err, err
     assert df["learner_recoveries"].iloc[-1] == 1 and df["learner_recoveries"].iloc[0] == 0
 
 

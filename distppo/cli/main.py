@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import os
 import sys
 from typing import Optional
 
@@ -22,15 +21,17 @@ from distppo.errors import (
     Terminated,
     TrainingError,
     UserError,
-    end_now,
+    end,
+    is_resumable,
     sigterm_received,
     stop_on_sigterm,
 )
 
 COMMANDS = (train, evaluate, bench, sweep, status, plan, report)
-# what a stop says when it kept nothing to resume (before a run's first row, a sweep's state)
-RESUMABLE = {"train": "nothing trained yet: start the run again",
-             "sweep": "nothing of it was saved yet: run the same command again"}
+# what a stop of these says when it kept nothing to resume (errors.mark_resumable: before a
+# run's first row, a sweep's first saved state); else: resume with --resume
+START_AGAIN = {"train": "nothing trained yet: start the run again",
+               "sweep": "nothing of it was saved yet: run the same command again"}
 EXIT_INTERRUPTED, EXIT_SIGTERM = 130, 143  # 128 + the signal, as a shell reports them
 # What each command imports beyond the base install (`report` needs nothing more). Ray only
 # when the run is not --local.
@@ -87,14 +88,9 @@ def main(argv: Optional[list] = None) -> int:
     except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (Terminated, or Ray's re-raise of it)
         term = isinstance(exc, Terminated) or sigterm_received()
         again = ""
-        if args.command in RESUMABLE:
-            again = ("; resume with --resume" if getattr(exc, "resumable", False)
-                     else f"; {RESUMABLE[args.command]}")
+        if args.command in START_AGAIN:
+            again = ("; resume with --resume" if is_resumable(exc)
+                     else f"; {START_AGAIN[args.command]}")
         print(f"distppo {args.command}: {'stopped by SIGTERM' if term else 'interrupted'}{again}",
               file=sys.stderr)
-        code = EXIT_SIGTERM if term else EXIT_INTERRUPTED
-        if end_now.is_set():  # connect.py: Ray stopped halfway through its start
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os._exit(code)
-        return code
+        return end(EXIT_SIGTERM if term else EXIT_INTERRUPTED)  # past Ray's teardown if need be

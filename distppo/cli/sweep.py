@@ -8,7 +8,7 @@ import argparse
 
 from distppo.cli.flags import add_fields, add_train_flags, check_stable_path, train_config
 from distppo.config import SweepConfig, TrainConfig
-from distppo.errors import ConfigError
+from distppo.errors import ConfigError, mark_resumable
 
 # Set per trial by the grid or by the sweep itself, so not flags of `sweep`.
 GRID_FIELDS = ("env_id", "algo", "seed", "output_dir", "run_name", "log_every")
@@ -52,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         return _sweep(args)
     except KeyboardInterrupt as exc:  # before Tune's graceful stop was in place
-        exc.resumable = bool(args.resume) or _saved(*_where(args))
+        mark_resumable(exc, bool(args.resume) or _saved(*_where(args)))
         raise
 
 
@@ -63,11 +63,11 @@ def _where(args: argparse.Namespace) -> tuple[str, str]:
 
 
 def _saved(storage: str, name: str) -> bool:
-    """Whether --resume could continue <storage>/<name> (False where that cannot be read)."""
-    from distppo.sweep.driver import resumable
+    """Whether --resume could continue <storage>/<name> (False where that cannot be read).
+    Without Ray or Tune: a Ctrl-C may have cut their import short."""
     from distppo.sweep.storage import SweepStorage
     try:
-        return resumable(SweepStorage(storage, name))
+        return SweepStorage(storage, name).holds_sweep()
     except Exception:  # noqa: BLE001 - the stop is what to report, not this look
         return False
 

@@ -6,6 +6,7 @@ import glob
 
 from distppo.cli.flags import add_train_flags, check_stable_path, given_flags
 from distppo.config import TrainConfig, resume_flags
+from distppo.errors import is_resumable, mark_resumable
 
 
 def add_parser(sub) -> None:
@@ -22,7 +23,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         return _train(args)
     except KeyboardInterrupt as exc:  # a new run marks it itself (core/loop.py: from its 1st row)
-        exc.resumable = bool(args.resume) or getattr(exc, "resumable", False)
+        mark_resumable(exc, bool(args.resume) or is_resumable(exc))
         raise
 
 

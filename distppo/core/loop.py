@@ -30,7 +30,7 @@ from distppo.core.rollout import RolloutMeta
 from distppo.core.runfolder import Prepared, RunPaths, claim, discard, prepare_run
 from distppo.core.seeds import seed_everything
 from distppo.core.threads import cores, local_threads
-from distppo.errors import LearnerFailure, StorageError
+from distppo.errors import LearnerFailure, StorageError, mark_resumable
 from distppo.telemetry.faultlog import FaultCounter, FaultLog, OnFault
 from distppo.telemetry.files import storage_errors
 from distppo.telemetry.parquet import ParquetSink
@@ -79,8 +79,8 @@ def train(cfg: TrainConfig, backend_factory: BackendFactory, resume: Optional[st
         fresh = run.state is None and (loop is None or loop.rows_written == 0)
         if fresh:  # a Ctrl-C or SIGTERM too: a folder with no checkpoint cannot be resumed
             discard(run.paths)
-        if isinstance(exc, KeyboardInterrupt):  # the CLI's line says --resume only if so
-            exc.resumable = not fresh
+        if isinstance(exc, KeyboardInterrupt):
+            mark_resumable(exc, not fresh)
         if isinstance(exc, StorageError):  # say what to do next
             then = ("start the run again" if fresh
                     else f"continue with: distppo train --resume {run.paths.run_dir}")

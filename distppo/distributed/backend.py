@@ -10,17 +10,17 @@
 """
 from __future__ import annotations
 
-import threading
 import time
-from typing import Callable, Optional, TypeVar
+from typing import Optional
 
 import ray
 from ray.exceptions import GetTimeoutError, ObjectLostError, RayActorError, RayTaskError
 
+from distppo import errors
 from distppo.config import TrainConfig
 from distppo.core.backend import BackendInfo
 from distppo.core.rollout import RolloutMeta
-from distppo.distributed.connect import connect
+from distppo.distributed.connect import answer_within, connect
 from distppo.distributed.learner import RemoteLearner
 from distppo.distributed.resources import (
     check_cluster_has,
@@ -38,7 +38,6 @@ from distppo.errors import LearnerFailure, RunnerFailure, UserError
 from distppo.telemetry.faultlog import OnFault, ignore_fault
 from distppo.testing import faults
 
-T = TypeVar("T")
 CALL_TIMEOUT_S = 900.0  # no rollout or update of a sane config takes this long: fail loudly
 RESTART_TIMEOUT_S = 120.0  # a restarted runner that is not back by then is not coming back
 LEARNER_START_TRIES = 5  # learner processes killed while starting, in a row, before giving up
@@ -239,11 +238,19 @@ class RayBackend:
             self._note_restarts()
 
     def _note_restarts(self, within: Optional[float] = None) -> None:
-        """Runner restarts since the last look go to on_fault, now. within: seconds the actor
-        table may take to answer (None: as long as Ray waits); no answer keeps the last count."""
-        total = self._count_restarts() if within is None else answer_within(
-            within, self._count_restarts, self.runner_restarts)
-        if total > self.runner_restarts and not job_ended():  # soak: a driver kill was counted
+        """Runner restarts since the last look go to on_fault, now. within: seconds the GCS
+        may take to answer (None: as long as Ray waits)."""
+        def look() -> tuple[int, bool]:  # (restarts so far, whether they are new faults)
+            total = self._count_restarts()
+            # soak: a driver kill was counted as a runner restart
+            return total, total > self.runner_restarts and not job_ended()
+
+        answer = look() if within is None else answer_within(within, look)
+        if answer is None:  # the last count stays; this process is to end past Ray's C++
+            errors.end_now.set()  # teardown, as a thread of it waits in a GCS call
+            return
+        total, new = answer
+        if new:
             self.on_fault("runner_restarts", total - self.runner_restarts,
                           "env runner(s) restarted by Ray")
             self.runner_restarts = total
@@ -328,22 +335,11 @@ class RayBackend:
 
     def close(self) -> None:
         # a runner killed after its last rollout was still a fault; asked within a bound, as a
-        # GCS stopped with this process (a SIGTERM to its whole process group: scancel, kill
-        # -- -PGID) holds the question for 60 s, after which Ray's core ends the process
+        # GCS stopped with this process (a SIGTERM to its whole process group: kill -- -PGID)
+        # holds the question for 60 s, after which Ray's core ends the process
         self._note_restarts(within=CLOSE_QUERY_S)
         for actor in self.runners + self.learners:
             ray.kill(actor)
-
-
-def answer_within(seconds: float, ask: Callable[[], T], default: T) -> T:
-    """ask() on a daemon thread; its answer if it comes within `seconds`, else default (the
-    thread is left waiting: a GCS client call cannot be cancelled)."""
-    answers: list = []
-    thread = threading.Thread(target=lambda: answers.append(ask()), daemon=True,
-                              name="distppo-gcs-question")
-    thread.start()
-    thread.join(seconds)
-    return answers[0] if answers else default
 
 
 def lost_input(exc: RayTaskError) -> bool:

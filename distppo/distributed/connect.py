@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
+from typing import Callable, Optional, TypeVar
 
 import ray
 
 from distppo import errors
 from distppo.distributed import reaper
-from distppo.errors import Terminated, stop_on_sigterm
+from distppo.errors import stop_on_sigterm
 from distppo.testing import faults
 
 
@@ -26,6 +28,9 @@ class _QuietOwnClusterAuth(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         return "Token authentication is enabled" not in record.getMessage()
 
+
+T = TypeVar("T")
+SHUTDOWN_WAIT_S = 15.0  # a ray.shutdown after a stop halfway through ray.init, at most
 
 RAY_AUTH_LOGGER = "ray._private.authentication.authentication_token_setup"
 _QUIET_AUTH = _QuietOwnClusterAuth()  # one instance: addFilter keeps it once
@@ -48,14 +53,34 @@ def connect(min_cpus: float = 0.0, dashboard: bool = False) -> None:
     try:
         ray.init(**kwargs)
     except (KeyboardInterrupt, SystemExit) as exc:
-        # stopped halfway: Ray's half-started processes are stopped now, and this process is
-        # to end without its C++ teardown (errors.end_now), which then crashed it now and then
-        # (SIGSEGV after the stop's line, no Python frame in it)
-        ray.shutdown()
+        # stopped halfway: this process is to end without Ray's C++ teardown (errors.end_now),
+        # which then crashed it now and then (SIGSEGV after the stop's line, no Python frame
+        # in it); Ray's half-started processes are stopped now (a second signal meanwhile
+        # cuts that short, not the line that reports the first)
         errors.end_now.set()
+        stop_on_sigterm()
+        answer_within(SHUTDOWN_WAIT_S, _shutdown_quietly)  # what it leaves: reaper.py
         if isinstance(exc, SystemExit):
             # ray.init exits only from the SIGTERM handlers it installs while it starts (the
             # signal's number, or 1 once its node is up): that stop is ours to report
-            raise Terminated() from None
+            raise errors.terminated() from None
         raise
     stop_on_sigterm()  # ray.init put Ray's stack-dumping handler in its place
+
+
+def _shutdown_quietly() -> None:
+    try:
+        ray.shutdown()
+    except BaseException:  # noqa: BLE001 - the first stop is the one to report
+        pass
+
+
+def answer_within(seconds: float, ask: Callable[[], T]) -> Optional[T]:
+    """ask() on a daemon thread; its answer if it comes within `seconds`, else None (the
+    thread is left running: a call into Ray that waits on its GCS cannot be cancelled)."""
+    answers: list[T] = []
+    thread = threading.Thread(target=lambda: answers.append(ask()), daemon=True,
+                              name="distppo-bounded-call")
+    thread.start()
+    thread.join(seconds)
+    return answers[0] if answers else None

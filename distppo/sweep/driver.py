@@ -33,6 +33,7 @@ from distppo.sweep.tracking import tracking_callbacks
 from distppo.sweep.trial import run_trial
 from distppo.telemetry.progress import format_eta
 from distppo.telemetry.trackers import check_trackers
+from distppo.testing import faults
 
 # Trial bundles on one node: rollouts (uint8 frames) then move through that node's shared-memory
 # object store, and child actors draw from the group's node-wide pool, so a runner can never
@@ -183,23 +184,24 @@ def start_sweep(cfg: SweepConfig, force_unlock: bool = False) -> SweepStorage:
         raise UserError(f"{storage.uri} already holds a sweep: add --resume to continue it or "
                         "pick another --name")
     trainable, lease = _prepare(cfg, storage, force_unlock)
-    storage.write_json(SWEEP_JSON, cfg.to_dict())
-    tuner = tune.Tuner(
-        trainable,
-        param_space=param_space(cfg),
-        tune_config=tune.TuneConfig(max_concurrent_trials=cfg.max_concurrent_trials or None,
-                                    trial_name_creator=_trial_name,
-                                    trial_dirname_creator=_trial_name),
-        run_config=tune.RunConfig(
-            # Tune's status table and trial start/end, not every iteration's result.
-            name=cfg.name, storage_path=storage.storage, verbose=1,
-            failure_config=tune.FailureConfig(max_failures=cfg.max_failures),
-            # Tune's checkpoints only point at the run copies (sweep/trial.py): a small JSON
-            # each, all kept. With num_to_keep, a driver killed between Tune deleting an old
-            # one and saving its state left a trial whose every restore failed (the soak).
-            checkpoint_config=tune.CheckpointConfig(num_to_keep=None),
-            callbacks=[SweepCallback(cfg.storage, cfg.name, cfg), *tracking_callbacks(cfg)]))
-    try:
+    try:  # the lease goes back however this ends (a Ctrl-C before Tune's stop is in place too)
+        faults.pause("sweep_prepared")
+        storage.write_json(SWEEP_JSON, cfg.to_dict())
+        tuner = tune.Tuner(
+            trainable,
+            param_space=param_space(cfg),
+            tune_config=tune.TuneConfig(max_concurrent_trials=cfg.max_concurrent_trials or None,
+                                        trial_name_creator=_trial_name,
+                                        trial_dirname_creator=_trial_name),
+            run_config=tune.RunConfig(
+                # Tune's status table and trial start/end, not every iteration's result.
+                name=cfg.name, storage_path=storage.storage, verbose=1,
+                failure_config=tune.FailureConfig(max_failures=cfg.max_failures),
+                # Tune's checkpoints only point at the run copies (sweep/trial.py): a small
+                # JSON each, all kept. With num_to_keep, a driver killed between Tune deleting
+                # an old one and saving its state left a trial whose every restore failed.
+                checkpoint_config=tune.CheckpointConfig(num_to_keep=None),
+                callbacks=[SweepCallback(cfg.storage, cfg.name, cfg), *tracking_callbacks(cfg)]))
         _fit(tuner)
     finally:
         sweep_lease.release(lease)
@@ -221,16 +223,11 @@ def _fit(tuner) -> None:
                     signal.signal(s, handler)
 
 
-def resumable(storage: SweepStorage) -> bool:
-    """Whether <storage>/<name> holds a sweep that --resume can continue."""
-    return storage.exists(SWEEP_JSON) and storage.exists(TUNER_STATE)
-
-
 def resume_sweep(storage_uri: str, name: str, force_unlock: bool = False) -> SweepStorage:
     """Continue an interrupted sweep (Tuner.restore): finished trials are kept as they are,
     unfinished and failed ones continue from their last checkpoint. Its stored config wins."""
     storage = SweepStorage(storage_uri, name)
-    if not resumable(storage):
+    if not storage.holds_sweep():
         raise UserError(f"--resume: {storage.uri} holds no sweep (no {SWEEP_JSON} and Tune "
                         "state): check --storage and --name")
     try:

@@ -23,7 +23,9 @@ from distppo.sweep.layout import (
     FAULTS,
     KEEP_COPIES,
     RUNS,
+    SWEEP_JSON,
     TRIAL_JSON,
+    TUNER_STATE,
     absolute,
     filesystem,
     first_line,
@@ -56,6 +58,10 @@ class SweepStorage:
 
     def exists(self, *parts: str) -> bool:
         return self._exists_path(self.join(*parts))
+
+    def holds_sweep(self) -> bool:
+        """Whether this is a sweep --resume can continue: its config and Tune's state."""
+        return self.exists(SWEEP_JSON) and self.exists(TUNER_STATE)
 
     def first_missing(self) -> Optional[str]:
         """The outermost folder of the sweep path that does not exist yet (None if it does)."""

@@ -20,7 +20,8 @@ that returns its input.
 - DISTPPO_FAULT_PAUSE=DIR:POINT@N: the N-th time this process reaches a named `pause` point,
   it creates DIR/POINT and waits (at most 120 s) until DIR/POINT.go exists: the test does its
   damage at that exact moment (e.g. `learner_state_made@2`: the learner's state for the first
-  periodic checkpoint is made and not yet read when the test removes the learner's node).
+  periodic checkpoint is made and not yet read when the test removes the learner's node;
+  `sweep_prepared@1`: a new sweep holds its lease and Ray, and has saved nothing yet).
 - DISTPPO_FAULT_DISK_FULL=GLOB: every atomic write (telemetry/files.py) of a file whose name
   matches GLOB fails with ENOSPC after part of it was written, as on a full disk.
 """
