@@ -16,7 +16,6 @@ from typing import Optional
 import ray
 from ray.exceptions import GetTimeoutError, ObjectLostError, RayActorError, RayTaskError
 
-from distppo import errors
 from distppo.config import TrainConfig
 from distppo.core.backend import BackendInfo
 from distppo.core.rollout import RolloutMeta
@@ -34,7 +33,7 @@ from distppo.distributed.resources import (
     runner_strategy,
 )
 from distppo.distributed.runners import RemoteEnvRunner, job_ended, num_restarts
-from distppo.errors import LearnerFailure, RunnerFailure, UserError
+from distppo.errors import LearnerFailure, RunnerFailure, UserError, end_now
 from distppo.telemetry.faultlog import OnFault, ignore_fault
 from distppo.testing import faults
 
@@ -247,7 +246,7 @@ class RayBackend:
 
         answer = look() if within is None else answer_within(within, look)
         if answer is None:  # the last count stays; this process is to end past Ray's C++
-            errors.end_now.set()  # teardown, as a thread of it waits in a GCS call
+            end_now.set()  # teardown (errors.end_now), as a thread of it waits in a GCS call
             return
         total, new = answer
         if new:

@@ -13,9 +13,8 @@ from typing import Callable, Optional, TypeVar
 
 import ray
 
-from distppo import errors
 from distppo.distributed import reaper
-from distppo.errors import stop_on_sigterm
+from distppo.errors import end_now, stop_on_sigterm, terminated
 from distppo.testing import faults
 
 
@@ -57,13 +56,13 @@ def connect(min_cpus: float = 0.0, dashboard: bool = False) -> None:
         # which then crashed it now and then (SIGSEGV after the stop's line, no Python frame
         # in it); Ray's half-started processes are stopped now (a second signal meanwhile
         # cuts that short, not the line that reports the first)
-        errors.end_now.set()
+        end_now.set()
         stop_on_sigterm()
         answer_within(SHUTDOWN_WAIT_S, _shutdown_quietly)  # what it leaves: reaper.py
         if isinstance(exc, SystemExit):
             # ray.init exits only from the SIGTERM handlers it installs while it starts (the
             # signal's number, or 1 once its node is up): that stop is ours to report
-            raise errors.terminated() from None
+            raise terminated() from None
         raise
     stop_on_sigterm()  # ray.init put Ray's stack-dumping handler in its place
 
