@@ -97,7 +97,8 @@ def test_the_graph_sees_real_imports():
     # a guard against a parser that finds nothing: known edges must be there
     edges = graph()
     assert "distppo.core.ppo" in edges["distppo.core.update"]
-    assert "distppo.errors" in edges["distppo.config"]
+    assert "distppo.errors" in edges["distppo.config.sections"]
+    assert "distppo.config.train" in edges["distppo.config"]
     assert "distppo.distributed.backend" in edges["distppo.distributed.factory"]
 
 

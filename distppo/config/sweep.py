@@ -1,0 +1,90 @@
+"""SweepConfig: a grid of training runs (games x algos x seeds) and the trial id that keys
+them in the sweep's files."""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+from distppo.config.sections import flag_name
+from distppo.config.train import TrainConfig
+from distppo.envs.games import resolve_env_id
+from distppo.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class SweepConfig:
+    """A grid of training runs (games x algos x seeds), one Ray Tune trial each (sweep.py)."""
+    train: TrainConfig = field(default_factory=TrainConfig)
+    """settings every trial shares (backend, total_timesteps, sizes, runner/learner resources,
+    checkpoint_every, local); env_id, algo and seed come from the grid"""
+    games: tuple[str, ...] = ()
+    """env ids, already expanded (sweep.expand_games turns `atari57` or a file into ids)"""
+    seeds: tuple[int, ...] = (1, 2, 3)
+    """base seeds; every (game, algo) pair runs once per seed"""
+    algos: tuple[str, ...] = ("ppo",)
+    """algorithms to run on every game: ppo | ppo_lstm"""
+    storage: str = "sweeps"
+    """local folder or a URI pyarrow understands (s3://, gs://, file://); the sweep lives in
+    <storage>/<name>"""
+    name: str = "sweep"
+    """sweep folder name under the storage"""
+    max_concurrent_trials: int = 0
+    """most trials running at once; 0 = as many as the cluster's free resources allow"""
+    max_failures: int = 2
+    """times a crashed trial restarts from its last checkpoint before it counts as failed"""
+    trial_cpus: float = 1.0
+    """CPUs reserved for each trial's own process: the training loop (runners and learner get
+    their own bundles), or the whole run with --local"""
+    outputs_every_s: float = 60.0
+    """seconds between rewrites of iterations.parquet and trials.parquet while trials run
+    (after a new trial checkpoint), so `distppo report` works on a running or killed sweep"""
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        for key, flag in (("games", "--games"), ("seeds", "--seeds"), ("algos", "--algo")):
+            values = getattr(self, key)
+            if not values:
+                raise ConfigError(f"{flag} needs at least one value")
+            if len(set(values)) != len(values):
+                raise ConfigError(f"{flag} lists a value twice: {' '.join(map(str, values))}")
+        for env_id in self.games:
+            resolve_env_id(env_id, self.train.env.backend)
+        for algo in self.algos:
+            self.trial_config(self.games[0], algo, self.seeds[0])  # e.g. ppo_lstm divisibility
+        if not self.name or "/" in self.name or self.name in (".", ".."):
+            raise ConfigError(f"--name {self.name!r} must be a plain folder name")
+        if not self.storage:
+            raise ConfigError("--storage must name a folder or a URI")
+        for key in ("max_concurrent_trials", "max_failures", "trial_cpus", "outputs_every_s"):
+            if getattr(self, key) < 0:
+                raise ConfigError(f"--{flag_name(key)} must be >= 0, got {getattr(self, key)}")
+
+    def grid(self) -> list[tuple[str, str, int]]:
+        """Every (env_id, algo, seed) of the sweep, seed-major as Tune orders the grid."""
+        return [(g, a, s) for s in self.seeds for a in self.algos for g in self.games]
+
+    def trial_config(self, env_id: str, algo: str, seed: int) -> TrainConfig:
+        """The TrainConfig of one grid point; its run folder is named by its trial id. Trials
+        do not track themselves: the sweep's Tune callbacks do (sweep/tracking.py)."""
+        return self.train.replace(env_id=env_id, algo=algo, seed=seed,
+                                  run_name=trial_id(env_id, algo, seed), track=False,
+                                  mlflow_tracking_uri=None)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @staticmethod
+    def from_dict(d: dict) -> "SweepConfig":
+        kw = dict(d, train=TrainConfig.from_dict(d["train"]))
+        # A test-only field of sweeps written before distppo 0.2 (now testing/faults.py).
+        kw.pop("fail_once_at_iteration", None)
+        for key in ("games", "seeds", "algos"):
+            kw[key] = tuple(kw[key])
+        return SweepConfig(**kw)
+
+
+def trial_id(env_id: str, algo: str, seed: int) -> str:
+    """Stable across restarts and resumes: the key of trials.parquet and iterations.parquet."""
+    return f"{env_id}__{algo}__{seed}"
