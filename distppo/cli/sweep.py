@@ -57,9 +57,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _where(args: argparse.Namespace) -> tuple[str, str]:
-    """(storage, name) of the sweep the flags name."""
-    given = {k: v for k, v in vars(args).items() if k in SweepConfig.__dataclass_fields__}
-    return given.get("storage", SweepConfig.storage), given.get("name", SweepConfig.name)
+    """(storage, name) of the sweep the flags name (flags not given: SweepConfig's defaults)."""
+    return getattr(args, "storage", SweepConfig.storage), getattr(args, "name", SweepConfig.name)
 
 
 def _saved(storage: str, name: str) -> bool:
