@@ -31,6 +31,12 @@ class LearnerFailure(TrainingError):
     """A learner process died; the loop restores every learner from the last checkpoint."""
 
 
+class JobEnded(TrainingError):
+    """This process's Ray job ended (its driver died) and Ray is stopping the job's processes:
+    an actor lost now died with the job, not of a fault, so it is neither recovered nor
+    counted. The run stops where it is; the driver's --resume continues it."""
+
+
 class RunnerFailure(TrainingError):
     """An env runner failed for good (an env raised, or restarts were used up)."""
 

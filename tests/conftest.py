@@ -57,12 +57,12 @@ def run_cli(*args, timeout=300, env=None, cwd=None):
 class LiveCli:
     """`distppo <args>` running as a subprocess (a sweep's driver), its output in `log`."""
 
-    def __init__(self, log, *args):
+    def __init__(self, log, *args, env=None):
         self.log = log
         self._out = open(log, "w")
         self.proc = subprocess.Popen([sys.executable, "-m", "distppo", *map(str, args)],
                                      cwd=REPO, stdout=self._out, stderr=subprocess.STDOUT,
-                                     env=dict(os.environ, PYTHONUNBUFFERED="1"))
+                                     env=dict(os.environ, PYTHONUNBUFFERED="1", **(env or {})))
 
     def __enter__(self) -> "LiveCli":
         return self

@@ -1,5 +1,6 @@
 """The Ray runtime: data-parallel learners, overlap, and faults injected by killing real
 processes."""
+import json
 import os
 import signal
 import subprocess
@@ -191,6 +192,51 @@ def test_learner_killed_is_restored_from_checkpoint(ray_cluster, tmp_path):
     assert df["learner_recoveries"].tolist()[-1] == 1  # counted
     w0, w1 = holder["final_weights"]
     assert all(torch.equal(w0[k], w1[k]) for k in w0)  # no silent divergence after recovery
+
+
+@pytest.mark.slow
+def test_learner_lost_after_its_job_ended_is_not_counted(ray_cluster, tmp_path):
+    """A sweep driver's death ends its Ray job, and Ray's teardown may kill a trial's learner
+    while the trial still runs: that loss is no fault of the run, so it must not reach the
+    fault log (the chaos soak once counted a driver kill as a learner recovery). A detached
+    trainer of a job whose driver was SIGKILLed has its learner SIGKILLed mid-update: the run
+    stops with JobEnded and counts nothing."""
+    from distppo.distributed.runners import job_table
+    held, name = tmp_path / "held", f"job-end-host-{os.getpid()}"
+    held.mkdir()
+    driver = subprocess.Popen(
+        [sys.executable, os.path.join(REPO, "tests", "job_end_host.py"), str(tmp_path), name],
+        stdout=subprocess.PIPE, text=True, cwd=REPO,
+        env=dict(os.environ, DISTPPO_FAULT_PAUSE=f"{held}:learner_update@3"))
+    host = None
+    try:
+        job_id = json.loads(driver.stdout.readline())["job_id"]
+        host = ray.get_actor(name, namespace="distppo-tests")
+        deadline = time.time() + 300
+        while not (held / "learner_update").exists() or \
+                not (held / "learner_update").read_text():
+            assert time.time() < deadline and driver.poll() is None, "no learner reached update 3"
+            time.sleep(0.1)
+        learner_pid = int((held / "learner_update").read_text())
+        driver.kill()
+        driver.wait(timeout=30)
+        while not any(j["JobID"] == job_id and j["IsDead"] for j in job_table()):
+            assert time.time() < deadline, "Ray did not mark the driver's job finished"
+            time.sleep(0.1)
+        os.kill(learner_pid, signal.SIGKILL)
+        faults_dir = tmp_path / "hosted" / "faults"
+        while ray.get(host.result.remote(), timeout=60) is None:
+            counted = sorted(p.name for p in faults_dir.glob("learner_recoveries.*"))
+            assert not counted, counted
+            assert time.time() < deadline, "the trainer neither stopped nor counted"
+            time.sleep(0.1)
+        assert ray.get(host.result.remote()) == "JobEnded"
+        assert not list(faults_dir.glob("learner_recoveries.*"))
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+        if host is not None:
+            ray.kill(host)
 
 
 @pytest.mark.slow

@@ -22,7 +22,7 @@ import pytest
 from distppo.telemetry import schema as metrics
 from distppo.telemetry.schema import SWEEP_ITERATION_SCHEMA, TRIAL_SCHEMA
 
-from conftest import REPO, LiveCli, run_cli, wait_for_free_cpus
+from conftest import RAY_CPUS, REPO, LiveCli, run_cli, wait_for_free_cpus
 
 # 2 iterations of 2 envs x 16 steps; half a CPU per bundle so two trials share the 4-CPU cluster.
 TINY = ["--backend", "gym", "--num-envs", "2", "--num-steps", "16", "--num-minibatches", "2",
@@ -166,6 +166,46 @@ def test_killed_driver_resumes_without_rerunning_finished_trials(ray_cluster, tm
     assert len(resumed_from) == 2 and resumed_from[0] == 0 and resumed_from[1] >= 3, resumed_from
     # A driver kill is not a trial crash.
     assert set(trials["restarts"].to_pylist()) == {0}
+
+
+@pytest.mark.slow
+def test_driver_killed_mid_update_counts_no_learner_recovery(ray_cluster, tmp_path):
+    """The driver's death takes its trials' actors down with the job; a trial that sees its
+    learner die in that teardown counts nothing (the chaos soak once counted 13 learner
+    recoveries for 12 learner kills: the 13th was its driver kill). The learner is held in its
+    third update (iterations 1 and 2 are checkpointed and copied) when the driver is killed."""
+    n, trial = 8, "CartPole-v1__ppo__1"
+    held = tmp_path / "held"
+    held.mkdir()
+    args = ["sweep", "--games", "CartPole-v1", "--seeds", "1", *TINY,
+            "--total-timesteps", str(n * 2 * 16), "--outputs-every-s", "0",
+            "--storage", tmp_path, "--name", "mid"]
+    sweep_dir = tmp_path / "mid"
+    with LiveCli(tmp_path / "driver.log", *args,
+                 env={"DISTPPO_FAULT_PAUSE": f"{held}:learner_update@3"}) as live:
+        deadline = time.time() + 300
+        while not (held / "learner_update").exists():
+            live.assert_alive()
+            assert time.time() < deadline, "the learner did not reach its third update in time"
+            time.sleep(0.1)
+        live.proc.send_signal(signal.SIGKILL)
+        live.proc.wait(timeout=30)
+    wait_for_free_cpus(float(RAY_CPUS))  # the job's trial and actors are gone
+    faults_dir = sweep_dir / "faults" / trial
+    counted = sorted(p.name for p in faults_dir.glob("*")) if faults_dir.exists() else []
+    assert not [name for name in counted if name.startswith("learner_recoveries")], counted
+
+    proc = run_cli("sweep", "--storage", tmp_path, "--name", "mid", "--resume", timeout=420)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    iterations, trials = read(sweep_dir / "iterations.parquet"), read(sweep_dir / "trials.parquet")
+    assert trials.num_rows == 1 and iterations.num_rows == n
+    assert_complete(iterations, trials, n_iterations=n)
+    assert iterations["global_step"].to_pylist() == [i * 2 * 16 for i in range(1, n + 1)]
+    assert set(iterations["learner_recoveries"].to_pylist()) == {0}
+    assert set(iterations["runner_restarts"].to_pylist()) == {0}
+    assert trials["restarts"].to_pylist() == [0]
+    resumed_from = final_trial_json(sweep_dir, trial)["resumed_from"]
+    assert resumed_from[0] == 0 and resumed_from[1] >= 1, resumed_from
 
 
 @pytest.mark.slow

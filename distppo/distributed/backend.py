@@ -33,7 +33,7 @@ from distppo.distributed.resources import (
     runner_strategy,
 )
 from distppo.distributed.runners import RemoteEnvRunner, job_ended, num_restarts
-from distppo.errors import LearnerFailure, RunnerFailure, UserError, end_now
+from distppo.errors import JobEnded, LearnerFailure, RunnerFailure, UserError, end_now
 from distppo.telemetry.faultlog import OnFault, ignore_fault
 from distppo.testing import faults
 
@@ -142,6 +142,7 @@ class RayBackend:
                 for learner in learners:
                     ray.kill(learner)
                 if not exc.actor_init_failed:  # its process died: start them again
+                    check_job_alive("a learner process died while starting")
                     self.on_fault("learner_recoveries", 1,
                                   "a learner process died while starting; started again")
                     continue
@@ -204,8 +205,8 @@ class RayBackend:
                 return self._get(meta_ref), batch_ref
             except RayTaskError as exc:
                 if lost_input(exc):  # learner 0 died (its node removed) with the weights
-                    raise LearnerFailure(f"env runner {i} lost its weights: "
-                                         f"{type(exc.cause).__name__}") from None
+                    raise learner_failure(f"env runner {i} lost its weights: "
+                                          f"{type(exc.cause).__name__}") from None
                 raise RunnerFailure(str(exc.cause)) from None  # the env raised: no retry helps
             except RayActorError:  # counted from the actor table, like any other restart
                 self._note_restarts()  # now: Ray counts a restart as it begins one
@@ -291,12 +292,12 @@ class RayBackend:
             stats = self._get(refs)
         except (RayActorError, ObjectLostError, GetTimeoutError) as exc:
             # ObjectLostError: it answered, and its node was removed before the answer was read
-            raise LearnerFailure(f"a learner failed: {type(exc).__name__}") from None
+            raise learner_failure(f"a learner failed: {type(exc).__name__}") from None
         except RayTaskError as exc:
             if not lost_input(exc):
                 raise
             # a runner's batch was lost with its node: rewind and sample again
-            raise LearnerFailure(f"a learner lost its batch: {type(exc.cause).__name__}") from None
+            raise learner_failure(f"a learner lost its batch: {type(exc.cause).__name__}") from None
         # what the learners did not spend updating went to moving the batch and scheduling
         busy = max(s["t_update_s"] for s in stats)
         self.timings["t_transfer_s"] = max(time.perf_counter() - start - busy, 0.0)
@@ -311,14 +312,14 @@ class RayBackend:
         except (RayActorError, ObjectLostError, GetTimeoutError) as exc:
             # ObjectLostError: the state (~20 MB, in the learner node's object store) was made,
             # and that node was removed before it was read
-            raise LearnerFailure(f"learner 0 failed: {type(exc).__name__}") from None
+            raise learner_failure(f"learner 0 failed: {type(exc).__name__}") from None
 
     def load_learner_state(self, state: dict) -> None:
         try:
             self._get([learner.load_state_dict.remote(state) for learner in self.learners])
         except (RayActorError, GetTimeoutError) as exc:
-            raise LearnerFailure(f"a learner failed while loading its state: "
-                                 f"{type(exc).__name__}") from None
+            raise learner_failure(f"a learner failed while loading its state: "
+                                  f"{type(exc).__name__}") from None
 
     def recover_learners(self, state: Optional[dict]) -> None:
         """Replace every learner (a broken process group cannot be repaired) and restore them
@@ -339,6 +340,23 @@ class RayBackend:
         self._note_restarts(within=CLOSE_QUERY_S)
         for actor in self.runners + self.learners:
             ray.kill(actor)
+
+
+def learner_failure(what: str) -> LearnerFailure:
+    """The LearnerFailure of a learner lost now, which the loop counts and recovers from; raises
+    JobEnded instead where the job itself has ended (check_job_alive)."""
+    check_job_alive(what)
+    return LearnerFailure(what)
+
+
+def check_job_alive(what: str) -> None:
+    """Raise JobEnded if Ray has marked this job finished. A sweep's driver that dies takes
+    its trials' actors down with the job, and a trial can see its learner die in that
+    teardown before its own process is stopped: a death then is no fault of the run, so it
+    must not reach the fault log (which nothing rolls back), whichever path sees it first."""
+    if job_ended():
+        raise JobEnded(f"{what} as Ray ended this job (its driver died); the sweep's --resume "
+                       "continues the run from its last checkpoint") from None
 
 
 def lost_input(exc: RayTaskError) -> bool:

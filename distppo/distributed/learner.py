@@ -70,6 +70,7 @@ class Learner:
         sample meanwhile: once they are all ready (a runner that died counts: its restart
         samples after this update), the update's gradient slices take the handover's threads
         ([]: none in flight, the last iteration: from the start)."""
+        faults.pause("learner_update")
         start = time.perf_counter()
         batches = ray.get([ref for ref, _, _ in shares])
         batch = RolloutBatch.concat([b if (lo, hi) == (0, b.num_envs) else b.env_slice(lo, hi)

@@ -21,7 +21,8 @@ that returns its input.
   it creates DIR/POINT and waits (at most 120 s) until DIR/POINT.go exists: the test does its
   damage at that exact moment (e.g. `learner_state_made@2`: the learner's state for the first
   periodic checkpoint is made and not yet read when the test removes the learner's node;
-  `sweep_prepared@1`: a new sweep holds its lease and Ray, and has saved nothing yet).
+  `sweep_prepared@1`: a new sweep holds its lease and Ray, and has saved nothing yet;
+  `learner_update@3`: a learner actor has begun its third update, and its trainer waits on it).
 - DISTPPO_FAULT_DISK_FULL=GLOB: every atomic write (telemetry/files.py) of a file whose name
   matches GLOB fails with ENOSPC after part of it was written, as on a full disk.
 """
@@ -121,7 +122,8 @@ def pause(point: str, ready: Callable[[], object] = lambda: None) -> None:
         return
     ready()
     marker = os.path.join(folder, point)
-    open(marker, "w").close()
+    with open(marker, "w") as f:  # which process is held: the test may kill it there
+        f.write(str(os.getpid()))
     deadline = time.monotonic() + PAUSE_TIMEOUT_S
     while not os.path.exists(marker + ".go") and time.monotonic() < deadline:
         time.sleep(0.05)
