@@ -15,9 +15,18 @@ the sweep is left:
   run) and learner kills; trial restarts (trials.parquet `restarts`) and trial-process kills.
   A driver kill stops its trials without failing them: their resume is no trial restart.
   Counts survive roll-backs through each run's fault log (telemetry/faultlog.py);
-  `--counts at-most` accepts fewer counted than killed (the short run in the test suite, where
-  a kill can land on a process that is ending anyway);
+  `--counts at-most` accepts fewer counted than killed;
+- every kind of fault asked for was injected at least once: a kind whose process title stops
+  matching (TITLES) would otherwise kill nothing, silently;
 - no process carrying the soak's marker (its environment) runs afterwards.
+
+A kill that lands on a trial's process as the trial ends anyway (after its last update) has
+nothing left to count it. `--stop-at-progress F` ends the faults once any trial is past that
+fraction of its iterations (read from the sweep's outputs, at most --outputs-every-s old), so
+every kill lands with most of a trial still to run; `--each-kind` makes the first faults one of
+each kind, in a seeded order, each waiting up to VICTIM_WAIT_S for a process to kill. The short
+run in the test suite uses both, with exact counts. `--deadline-minutes` bounds the whole soak:
+past it the head is stopped and the soak fails.
 
 It prints a Markdown table (also written to <out>/soak.md) and exits 0 when the audit passes.
 The sweep runs on a Ray head of its own (`ray start --head --block` on loopback, random ports),
@@ -50,10 +59,11 @@ MARKER = "DISTPPO_CHAOS_SOAK"
 TITLES = {"runner": "ray::EnvRunner", "learner": "ray::Learner", "trial": "ray::ImplicitFunc"}
 KINDS = ("runner", "learner", "trial", "driver")
 WEIGHTS = (4, 2, 2, 1)
+VICTIM_WAIT_S = 30.0  # --each-kind: how long a chosen kind may have no process to kill
 
 
 def sweep_args(args: argparse.Namespace) -> list[str]:
-    games = ["CartPole-v1", "Acrobot-v1", *args.atari]
+    games = args.games or ["CartPole-v1", "Acrobot-v1", *args.atari]
     steps = args.num_envs * args.num_steps
     return ["sweep", "--games", *games, "--seeds", *map(str, args.seeds), "--backend", "gym",
             "--num-envs", str(args.num_envs), "--num-steps", str(args.num_steps),
@@ -75,6 +85,10 @@ class Soak:
         self.env.pop("RAY_AUTH_TOKEN_PATH", None)
         self.head = None
         self.kills: Counter = Counter()
+        self.missed: Counter = Counter()  # faults whose kind had no process to kill
+        kinds = [k for k in KINDS if k in args.kinds]
+        self.first = self.rng.sample(kinds, len(kinds)) if args.each_kind else []
+        self.deadline = time.time() + 60 * args.deadline_minutes
         self.driver = None
         self.log = open(Path(args.out) / "driver.log", "a")
         self.starts = 0
@@ -128,9 +142,29 @@ class Soak:
                 continue
         return found
 
-    def inject(self) -> None:
+    def choose(self) -> str:
+        if self.first:
+            return self.first.pop(0)
         kinds = [k for k in KINDS if k in self.args.kinds]
-        kind = self.rng.choices(kinds, [w for k, w in zip(KINDS, WEIGHTS) if k in kinds])[0]
+        return self.rng.choices(kinds, [w for k, w in zip(KINDS, WEIGHTS) if k in kinds])[0]
+
+    def progress(self) -> float:
+        """The largest fraction of its iterations any trial has written (0 before any)."""
+        try:
+            table = pq.read_table(Path(self.args.out) / "soak" / "iterations.parquet",
+                                  columns=["iteration"])
+        except (OSError, KeyError):  # not written yet, or being replaced right now
+            return 0.0
+        return max(table["iteration"].to_pylist() or [0]) / self.args.iterations
+
+    def victims(self, kind: str) -> list[psutil.Process]:
+        wait_until = time.time() + (VICTIM_WAIT_S if self.args.each_kind else 0.0)
+        while not (found := self.processes(TITLES[kind])) and time.time() < wait_until:
+            time.sleep(0.5)
+        return found
+
+    def inject(self) -> None:
+        kind = self.choose()
         if kind == "driver":
             self.driver.send_signal(signal.SIGKILL)
             self.driver.wait(timeout=60)
@@ -141,8 +175,10 @@ class Soak:
                 time.sleep(1)
             self.start_driver()
             return
-        victims = self.processes(TITLES[kind])
-        if victims:
+        victims = self.victims(kind)
+        if not victims:
+            self.missed[kind] += 1
+        else:
             victim = self.rng.choice(sorted(victims, key=lambda p: p.pid))
             try:
                 victim.send_signal(signal.SIGKILL)
@@ -173,14 +209,20 @@ class Soak:
     def soak(self) -> tuple[int, list]:
         self.start_driver()
         end = time.time() + 60 * self.args.minutes
-        while time.time() < end and self.driver.poll() is None:
+
+        def injecting() -> bool:
+            return time.time() < end and self.driver.poll() is None and \
+                self.progress() < self.args.stop_at_progress
+
+        while injecting():
             time.sleep(self.rng.uniform(self.args.min_gap, self.args.max_gap))
-            if time.time() < end and self.driver.poll() is None:
+            if injecting():
                 self.inject()
         # Faults over: let the sweep finish (resuming it while trials remain unfinished).
         for _ in range(5):
             try:
-                rc = self.driver.wait(timeout=60 * self.args.finish_minutes)
+                rc = self.driver.wait(timeout=max(1.0, min(60 * self.args.finish_minutes,
+                                                           self.deadline - time.time())))
             except subprocess.TimeoutExpired:
                 self.driver.kill()
                 rc = self.driver.wait(timeout=60)
@@ -222,8 +264,10 @@ class Soak:
         killed = (self.kills["runner"], self.kills["learner"], self.kills["trial"])
         counts_ok = counted == killed if self.args.counts == "exact" else \
             all(c <= k for c, k in zip(counted, killed))
+        never = [k for k in KINDS if k in self.args.kinds and not self.kills[k]]
+        late = time.time() > self.deadline
         ok = (rc == 0 and not duplicates and not missing and not wrong_step and not not_done
-              and not left and counts_ok)
+              and not left and counts_ok and not never and not late)
         rows = [
             ("faults injected", sum(self.kills.values())),
             ("env runners killed / runner_restarts counted",
@@ -233,6 +277,8 @@ class Soak:
             ("trial processes killed / trial restarts counted",
              f"{self.kills['trial']} / {trial_counted}"),
             ("drivers killed and resumed", self.kills["driver"]),
+            ("kinds never killed", ", ".join(never) or "none"),
+            ("faults that found no process to kill", sum(self.missed.values())),
             ("faults survived (sweep finished, every trial done)",
              sum(self.kills.values()) if not not_done and rc == 0 else "no"),
             ("trials", len(trials)),
@@ -240,6 +286,7 @@ class Soak:
             ("rows lost", missing), ("rows duplicated", duplicates),
             ("rows with a wrong global_step", wrong_step),
             ("processes left", len(left)),
+            ("past the deadline", "yes" if late else "no"),
         ]
         table = "| check | value |\n|---|---|\n" + "".join(f"| {k} | {v} |\n" for k, v in rows)
         command = "python launch/chaos_soak.py " + " ".join(sys.argv[1:])
@@ -257,6 +304,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", required=True, help="folder for the sweep (<out>/soak) and logs")
     p.add_argument("--atari", nargs="*", default=["Pong-v5", "Breakout-v5"],
                    help="Atari games of the sweep (beside CartPole-v1 and Acrobot-v1)")
+    p.add_argument("--games", nargs="+", default=None,
+                   help="the sweep's games instead of CartPole-v1, Acrobot-v1 and --atari "
+                        "(games of one speed end together: --stop-at-progress then gates "
+                        "them all alike)")
     p.add_argument("--seeds", nargs="+", type=int, default=[1, 2])
     p.add_argument("--cpus", type=int, default=4, help="CPUs the soak's Ray head advertises")
     p.add_argument("--iterations", type=int, default=400, help="iterations per trial")
@@ -271,6 +322,13 @@ def main(argv: list[str] | None = None) -> int:
                         "that was not injected")
     p.add_argument("--finish-minutes", type=float, default=30.0,
                    help="how long the sweep may take to finish after the faults")
+    p.add_argument("--each-kind", action="store_true",
+                   help="the first faults are one of each kind (seeded order), each waiting up "
+                        f"to {VICTIM_WAIT_S:.0f} s for a process to kill")
+    p.add_argument("--stop-at-progress", type=float, default=1.0,
+                   help="end the faults once a trial is past this fraction of its iterations")
+    p.add_argument("--deadline-minutes", type=float, default=240.0,
+                   help="the whole soak's limit: past it the sweep is stopped and the soak fails")
     args = p.parse_args(argv)
     os.makedirs(args.out, exist_ok=True)
     return Soak(args).run()
