@@ -142,6 +142,46 @@ def _wait_for(predicate, timeout, what):
 
 
 @pytest.mark.slow
+def test_restart_killed_while_it_starts_is_counted_while_waiting_for_the_next(ray_cluster,
+                                                                              tmp_path):
+    """A runner killed mid-rollout, then its restart killed in its constructor: the trainer,
+    waiting for the runner to come back, counts the second restart while the third is still
+    starting (the chaos soak lost one: its driver was killed 16 s after such a kill, on a
+    loaded machine, before the wait ended)."""
+    held = tmp_path / "runner_init"
+    (tmp_path / "runner_init.go").touch()  # the first runner starts freely
+    driver = subprocess.Popen(
+        [sys.executable, os.path.join(REPO, "tests", "restart_wait_host.py"), str(tmp_path)],
+        cwd=REPO, env=dict(os.environ, DISTPPO_FAULT_PAUSE=f"{tmp_path}:runner_init@1"))
+    counted = tmp_path / "counted"
+
+    def restarts() -> int:
+        return sum(int(line.split()[1]) for line in counted.read_text().splitlines()
+                   if line.startswith("runner_restarts")) if counted.exists() else 0
+    try:
+        _wait_for(lambda: (tmp_path / "runner_pid").exists() or driver.poll() is not None, 300,
+                  "the backend did not start")
+        (tmp_path / "runner_init.go").unlink()  # from now on each restart holds as it starts
+        held.unlink()
+        _kill_and_wait(int((tmp_path / "runner_pid").read_text()))
+        _wait_for(lambda: held.exists() and held.read_text(), 120, "no restart held")
+        second = int(held.read_text())
+        held.unlink()
+        _kill_and_wait(second)
+        _wait_for(lambda: held.exists() and held.read_text() and int(held.read_text()) != second,
+                  120, "no second restart held")
+        _wait_for(lambda: restarts() == 2, 15,
+                  lambda: f"{restarts()} restart(s) counted while the third start is held")
+        (tmp_path / "runner_init.go").touch()
+        (tmp_path / "stop").touch()
+        assert driver.wait(timeout=120) == 0
+        assert restarts() == 2
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+
+
+@pytest.mark.slow
 def test_runner_killed_between_calls_is_counted_and_gets_fresh_seeds(ray_cluster, tmp_path):
     """Killed while idle (after its rollout, during the loop's bookkeeping), a runner is
     restarted by Ray before its next call, which never fails: it must be counted anyway."""

@@ -264,13 +264,17 @@ class RayBackend:
             return self.runner_restarts
 
     def _wait_until_alive(self, i: int) -> None:
-        """Ray is restarting runner i (its constructor builds fresh envs); wait for it."""
-        deadline = time.time() + RESTART_TIMEOUT_S
-        while time.time() < deadline:
+        """Ray is restarting runner i (its constructor builds fresh envs); wait for it, reading
+        the actor table meanwhile (_get): a restart killed while it starts is counted now, not
+        once a later one answers, which a driver killed in between would never see."""
+        deadline = time.monotonic() + RESTART_TIMEOUT_S
+        while time.monotonic() < deadline:
             try:
-                ray.get(self.runners[i].pid.remote(), timeout=RESTART_TIMEOUT_S)
+                self._get(self.runners[i].pid.remote(),
+                          timeout=max(deadline - time.monotonic(), 0.0))
                 return
             except RayActorError:
+                self._note_restarts()
                 time.sleep(0.5)
             except GetTimeoutError:
                 break

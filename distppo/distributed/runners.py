@@ -33,6 +33,7 @@ class EnvRunner:
             raise EnvError(f"{self.label} could not create its envs: "
                            f"{type(exc).__name__}: {exc}") from None
         faults.kill_once("runner_init")
+        faults.pause("runner_init")
 
     def env_spec(self) -> tuple[tuple, int]:
         return tuple(self.sampler.env.obs_shape), self.sampler.env.num_actions

@@ -22,7 +22,9 @@ that returns its input.
   damage at that exact moment (e.g. `learner_state_made@2`: the learner's state for the first
   periodic checkpoint is made and not yet read when the test removes the learner's node;
   `sweep_prepared@1`: a new sweep holds its lease and Ray, and has saved nothing yet;
-  `learner_update@3`: a learner actor has begun its third update, and its trainer waits on it).
+  `learner_update@3`: a learner actor has begun its third update, and its trainer waits on it;
+  `runner_init@1`: every env runner process holds at the end of its constructor while
+  DIR/runner_init.go is missing, so a test can hold, and kill, a restart as it starts).
 - DISTPPO_FAULT_DISK_FULL=GLOB: every atomic write (telemetry/files.py) of a file whose name
   matches GLOB fails with ENOSPC after part of it was written, as on a full disk.
 """
