@@ -238,6 +238,13 @@ def check_inputs(a: argparse.Namespace, sides: list[str]) -> None:
                      "(not distppo's dependencies)")
 
 
+def check_report_needs() -> None:
+    """The report reads TensorBoard files and draws a PNG: neither is a training dependency."""
+    for name in ("tensorboard", "matplotlib"):
+        if importlib.util.find_spec(name) is None:
+            sys.exit(f"error: the study's report needs {name}: pip install {name}")
+
+
 def lock(out: str):
     """One study process per folder: a second one would start the same runs twice."""
     f = open(os.path.join(out, ".study.lock"), "w")
@@ -287,6 +294,7 @@ def main() -> None:
         return
     a = parse(sys.argv[1:])
     out = os.path.abspath(a.out)
+    check_report_needs()
     if not a.report_only:
         check_inputs(a, a.sides)
         os.makedirs(out, exist_ok=True)

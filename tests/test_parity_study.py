@@ -192,6 +192,7 @@ def study(tmp_path_factory):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)  # the study's runs, on a loaded 2-core machine
 def test_study_stops_continues_and_keeps(study):
     out = study["out"]
     rc, text = study["first"]
@@ -210,6 +211,7 @@ def test_study_stops_continues_and_keeps(study):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)  # the study's runs, on a loaded 2-core machine
 def test_study_distppo_side_read_back(study):
     from distppo.telemetry.parquet import read_metrics
     out = study["out"]
@@ -231,6 +233,7 @@ def test_study_distppo_side_read_back(study):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)  # the study's runs, on a loaded 2-core machine
 def test_study_cleanrl_side_read_back(study):
     if NO_CLEANRL:
         pytest.skip(f"CleanRL's side not run: {NO_CLEANRL}")
