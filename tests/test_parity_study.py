@@ -1,0 +1,257 @@
+"""The parity study (launch/parity_study.py, launch/parity_report.py): its numbers against
+hand-computed ones, and one real study end to end on a tiny budget, interrupted and continued.
+
+The end-to-end study runs CleanRL's own script when DISTPPO_CLEANRL_DIR names a CleanRL
+checkout and gym + tyro (CleanRL's imports, not distppo's) are installed; otherwise distppo's
+side alone, and the CleanRL checks are skipped with the reason. Nothing is installed here.
+"""
+import importlib.util
+import math
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from conftest import REPO
+
+sys.path.insert(0, os.path.join(REPO, "launch"))
+import parity_report as pr  # noqa: E402
+import parity_study  # noqa: E402
+
+CLEANRL_DIR = os.environ.get("DISTPPO_CLEANRL_DIR", "")
+NO_CLEANRL = (
+    "DISTPPO_CLEANRL_DIR is not set to a CleanRL checkout" if not os.path.isfile(
+        os.path.join(CLEANRL_DIR, parity_study.SCRIPT)) else
+    "CleanRL's script needs gym and tyro (pip install gym==0.26.2 tyro)" if any(
+        importlib.util.find_spec(m) is None for m in ("gym", "tyro")) else None)
+
+
+def games(side, seed, steps, values):
+    return pd.DataFrame({"side": side, "seed": seed, "global_step": steps,
+                         "episodic_return": [float(v) for v in values]})
+
+
+# --- the pure numbers, by hand -------------------------------------------------------------------
+
+def test_binned_curves_by_hand():
+    returns = pd.concat([games("cleanrl", 1, [10_000, 50_000, 50_001], [1, 3, 10]),
+                         games("cleanrl", 2, [20_000], [5]),
+                         games("distppo", 1, [100_000], [4])], ignore_index=True)
+    c = pr.binned_curves(returns, 50_000).set_index(["side", "bin_end"])
+    # cleanrl, bin (0, 50k]: seed 1 mean(1, 3) = 2, seed 2: 5
+    assert c.loc[("cleanrl", 50_000)].tolist() == [3.5, 2.0, 5.0, 2]
+    # 50,001 is the next bin's; seed 2 has no game there and is left out
+    assert c.loc[("cleanrl", 100_000)].tolist() == [10.0, 10.0, 10.0, 1]
+    assert c.loc[("distppo", 100_000)].tolist() == [4.0, 4.0, 4.0, 1]
+    assert len(c) == 3
+
+
+def test_last100_at_fractions_by_hand():
+    # game i (1..150) ends at step 100 i with return i
+    returns = pd.concat([games("cleanrl", 1, [100 * i for i in range(1, 151)], range(1, 151)),
+                         games("distppo", 1, [100 * i for i in range(1, 151)], range(1, 151))],
+                        ignore_index=True)
+    runs = pd.DataFrame({"side": ["cleanrl", "distppo", "distppo"], "seed": [1, 1, 2],
+                         "finished": [True, False, False], "last_step": [20_000, 12_000, 9_000]})
+    t = pr.last100_at(returns, runs, total=20_000).set_index(["side", "seed", "fraction"])
+    v = t["value"]
+    assert v[("cleanrl", 1, 0.25)] == 25.5     # games 1..50
+    assert v[("cleanrl", 1, 0.5)] == 50.5      # games 1..100
+    assert v[("cleanrl", 1, 0.75)] == 100.5    # the last 100 of 1..150: 51..150
+    assert v[("cleanrl", 1, 1.0)] == 100.5
+    assert v[("distppo", 1, 0.5)] == 50.5
+    # a partial run has no value at a point it has not reached
+    assert math.isnan(v[("distppo", 1, 0.75)]) and math.isnan(v[("distppo", 1, 1.0)])
+    # a run without games has none anywhere
+    assert all(math.isnan(x) for x in v.loc["distppo", 2])
+    assert t.loc[("cleanrl", 1, 0.25), "games"] == 50
+
+
+def test_end_check_margin_by_hand():
+    # cleanrl mean 12, std 2 (ddof 1: var (4 + 0 + 4) / 2)
+    holds = pr.end_check({"cleanrl": [10, 12, 14], "distppo": [11, 13, 15]})
+    assert (holds["mean_cleanrl"], holds["std_cleanrl"], holds["diff"], holds["margin"]) == \
+        (12.0, 2.0, 1.0, 2.0) and holds["holds"] is True
+    # a difference equal to the margin is not "less than" it
+    assert pr.end_check({"cleanrl": [10, 12, 14], "distppo": [12, 14, 16]})["holds"] is False
+    # the larger side's std is the margin: distppo std 8, diff 6
+    wide = pr.end_check({"cleanrl": [10, 12, 14], "distppo": [10, 18, 26]})
+    assert (wide["margin"], wide["diff"], wide["holds"]) == (8.0, 6.0, True)
+    few = pr.end_check({"cleanrl": [10, 12, 14], "distppo": [12.0, math.nan]})
+    assert few["holds"] is None and few["n_distppo"] == 1
+
+
+def test_permutation_p_by_hand():
+    # 3 vs 3: 20 splits, two of which (the observed and its mirror) are as extreme: p = 0.1
+    p = pr.permutation_p(np.zeros(3), np.ones(3))
+    assert abs(p - 0.1) < 0.015
+    assert p == pr.permutation_p(np.zeros(3), np.ones(3))  # a fixed seed
+    assert pr.permutation_p(np.arange(5.0), np.arange(5.0)) == 1.0
+    # far apart: no relabelling reaches the observed difference, p = 1 / (10,000 + 1)
+    assert pr.permutation_p(np.zeros(50), np.ones(50) + np.arange(50) * 1e-3) == 1 / 10_001
+
+
+def diag_frame(shift_entropy):
+    rng = np.random.default_rng(3)
+    rows = []
+    for side in pr.SIDES:
+        for seed in (1, 2, 3):
+            for it in range(1, 151):
+                row = {q: rng.normal() for q in pr.QUANTITIES}
+                if it > 100:  # after the window: no matter how far apart
+                    row = {q: v + (1000 if side == "distppo" else 0) for q, v in row.items()}
+                elif side == "distppo":
+                    row["entropy"] += shift_entropy
+                rows.append({"side": side, "seed": seed, "iteration": it,
+                             "global_step": it * 1024, **row})
+    frame = pd.DataFrame(rows)
+    frame.loc[0, "explained_variance"] = math.nan  # CleanRL's NaN of constant returns
+    return frame
+
+
+def test_diagnostics_tests_use_the_first_100_iterations():
+    # fewer permutations than a study's, to keep the test short: p is still as low as 1/2001
+    same = pr.diagnostics_tests(diag_frame(0.0), permutations=2000).set_index("quantity")
+    assert not same["differs"].any()
+    assert same.loc["approx_kl", "n_cleanrl"] == 300 and same.loc["approx_kl", "n_distppo"] == 300
+    assert same.loc["explained_variance", "n_cleanrl"] == 299  # the NaN is left out
+    shifted = pr.diagnostics_tests(diag_frame(1.0), permutations=2000).set_index("quantity")
+    assert shifted.loc["entropy", "differs"] and shifted.loc["entropy", "p"] < 0.05 / 6
+    assert not shifted.drop("entropy")["differs"].any()
+
+
+def test_verdict_rule():
+    tests = pd.DataFrame({"differs": [False] * 6})
+    assert pr.verdict({"holds": True}, tests) == "equivalent"
+    assert pr.verdict({"holds": False}, tests) == "not equivalent"
+    assert pr.verdict({"holds": None}, tests) == "undecided"
+    one = pd.DataFrame({"differs": [False] * 5 + [True]})
+    assert pr.verdict({"holds": True}, one) == "not equivalent"
+    assert pr.verdict({"holds": None}, one) == "not equivalent"
+    missing = pd.DataFrame({"differs": [False] * 5 + [None]})
+    assert pr.verdict({"holds": True}, missing) == "undecided"
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--env-id", "BreakoutNoFrameskip-v4"], "EnvPool ids"),
+    (["--total-timesteps", "100"], "at least one iteration"),
+    (["--seeds", "1", "1"], "distinct"),
+    (["--sides", "cleanrl", "--cleanrl-dir", "/no/such/dir"], "no cleanrl/ppo_atari_envpool.py"),
+    (["--report-only"], "study.json not found"),
+])
+def test_bad_input_is_one_line(tmp_path, monkeypatch, argv, message):
+    monkeypatch.setattr(sys, "argv", ["parity_study.py", "--out", str(tmp_path / "s"), *argv])
+    with pytest.raises(SystemExit) as exc:
+        parity_study.main()
+    text = str(exc.value.code)
+    assert text.startswith("error: ") and message in text and "\n" not in text
+
+
+# --- one real study, end to end ----------------------------------------------------------------
+
+STEPS = 3 * pr.BATCH  # three iterations a run
+
+
+def study_cmd(out, *more):
+    sides = list(pr.SIDES) if NO_CLEANRL is None else ["distppo"]
+    return [sys.executable, os.path.join(REPO, "launch", "parity_study.py"), "--out", str(out),
+            "--seeds", "1", "--total-timesteps", str(STEPS), "--sides", *sides,
+            *(["--cleanrl-dir", CLEANRL_DIR] if NO_CLEANRL is None else []), *more]
+
+
+def wait_for(path, proc, timeout=600):
+    end = time.time() + timeout
+    while not os.path.exists(path):
+        assert proc.poll() is None, proc.communicate()[0][-3000:]
+        assert time.time() < end, f"{path} did not appear"
+        time.sleep(0.2)
+
+
+@pytest.fixture(scope="module")
+def study(tmp_path_factory):
+    """A study stopped by SIGTERM after distppo's first iteration, then the same command
+    twice: it continues the runs, then keeps them."""
+    out = tmp_path_factory.mktemp("parity") / "study"
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    first = subprocess.Popen(study_cmd(out), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             text=True, env=env, cwd=REPO)
+    wait_for(out / "runs" / "distppo-seed1" / "metrics.parquet", first)
+    first.send_signal(signal.SIGTERM)
+    stopped = first.communicate(timeout=180)[0]
+    again = subprocess.run(study_cmd(out), capture_output=True, text=True, env=env, cwd=REPO,
+                           timeout=900)
+    kept = subprocess.run(study_cmd(out), capture_output=True, text=True, env=env, cwd=REPO,
+                          timeout=300)
+    return {"out": out, "first": (first.returncode, stopped), "again": again, "kept": kept}
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1800)  # the study's runs, on a loaded 2-core machine
+def test_study_stops_continues_and_keeps(study):
+    out = study["out"]
+    rc, text = study["first"]
+    assert rc == 130 and "interrupted" in text, text[-3000:]
+    assert study["again"].returncode == 0, study["again"].stdout[-3000:] + study["again"].stderr
+    assert "distppo seed 1: resumed" in study["again"].stdout
+    distppo_log = (out / "logs" / "distppo-seed1.log").read_text()
+    assert "stopped by SIGTERM" in distppo_log and "--resume" in distppo_log
+    # a finished run is kept: the third start runs nothing
+    kept = study["kept"]
+    assert kept.returncode == 0 and "distppo seed 1: finished before, kept" in kept.stdout
+    assert distppo_log == (out / "logs" / "distppo-seed1.log").read_text()
+    readme = (out / "README.md").read_text()
+    assert "**Verdict: undecided**" in readme and "all runs finished" in readme
+    assert (out / "learning_curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1800)  # the study's runs, on a loaded 2-core machine
+def test_study_distppo_side_read_back(study):
+    from distppo.telemetry.parquet import read_metrics
+    out = study["out"]
+    returns = pd.read_parquet(out / "returns.parquet")
+    diag = pd.read_parquet(out / "diagnostics.parquet")
+    assert list(returns.columns) == list(pr.RETURN_COLUMNS)
+    assert list(diag.columns) == list(pr.DIAGNOSTIC_COLUMNS)
+    metrics = read_metrics(out / "runs" / "distppo-seed1" / "metrics.parquet").to_pandas()
+    ours = returns[returns["side"] == "distppo"]
+    # one row per game: as many as the iterations counted, each at its iteration's step
+    assert len(ours) == metrics["episodes"].sum() > 0
+    for row in metrics[metrics["episodes"] > 0].itertuples():
+        at = ours[ours["global_step"] == row.global_step]["episodic_return"]
+        assert len(at) == row.episodes and at.mean() == pytest.approx(row.episodic_return_mean)
+    d = diag[diag["side"] == "distppo"]
+    assert d["iteration"].tolist() == [1, 2, 3] and set(d["seed"]) == {1}
+    for q in pr.QUANTITIES:
+        np.testing.assert_allclose(d[q].to_numpy(), metrics[q].to_numpy(dtype=float))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1800)  # the study's runs, on a loaded 2-core machine
+def test_study_cleanrl_side_read_back(study):
+    if NO_CLEANRL:
+        pytest.skip(f"CleanRL's side not run: {NO_CLEANRL}")
+    out = study["out"]
+    returns = pd.read_parquet(out / "returns.parquet")
+    diag = pd.read_parquet(out / "diagnostics.parquet")
+    log = (out / "logs" / "cleanrl-seed1.log").read_text()
+    # restarted from scratch after the stop: the log holds two starts, the last one complete
+    assert log.count("\n$ ") == 2
+    last = log.rsplit("\n$ ", 1)[1]
+    printed = [(int(s), float(r)) for s, r in
+               re.findall(r"global_step=(\d+), episodic_return=([-\d.]+)", last)]
+    theirs = returns[returns["side"] == "cleanrl"]
+    assert list(zip(theirs["global_step"], theirs["episodic_return"])) == printed
+    assert len(printed) > 0
+    c = diag[diag["side"] == "cleanrl"]
+    assert c["iteration"].tolist() == [1, 2, 3]
+    assert c["global_step"].tolist() == [1024, 2048, 3072]
+    assert ((c["entropy"] > 0) & (c["entropy"] <= math.log(4) + 1e-6)).all()  # 4 actions
+    assert ((c["clipfrac"] >= 0) & (c["clipfrac"] <= 1)).all() and (c["approx_kl"] >= 0).all()
+    assert (c["value_loss"] > 0).all()
