@@ -1,5 +1,6 @@
-"""The repository's own rules, checked: ruff (line length 100, pyproject.toml), the package
-entry points."""
+"""The repository's own rules, checked: ruff (line length 100, pyproject.toml), short
+functions in core/, the package entry points."""
+import ast
 import os
 import shutil
 import subprocess
@@ -15,6 +16,25 @@ def test_ruff_is_clean():
     proc = subprocess.run([ruff, "check", "distppo", "tests", "launch"], cwd=REPO,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout[-4000:]
+
+
+def test_core_functions_are_at_most_60_lines():
+    """DESIGN.md's functions under about 60 lines, held for core/ (the training math, read side
+    by side with CleanRL): from the def line to the last line, docstring and comments included."""
+    core = os.path.join(REPO, "distppo", "core")
+    too_long = []
+    for folder, _, files in sorted(os.walk(core)):
+        for name in sorted(f for f in files if f.endswith(".py")):
+            path = os.path.join(folder, name)
+            with open(path) as f:
+                tree = ast.parse(f.read())
+            for node in ast.walk(tree):
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    lines = node.end_lineno - node.lineno + 1
+                    if lines > 60:
+                        too_long.append(f"{os.path.relpath(path, REPO)}:{node.lineno} "
+                                        f"{node.name}: {lines} lines")
+    assert not too_long, "split these functions:\n" + "\n".join(too_long)
 
 
 def test_version_names_package_and_commit():

@@ -31,14 +31,26 @@ def compute_gae(rewards, values, dones, next_value, next_done, gamma: float, gae
     return advantages, returns
 
 
+def normalize_advantages(mb_advantages, keep=None):
+    """CleanRL's per-minibatch normalisation, (A - mean) / (std + 1e-8), torch.std's unbiased
+    estimate; keep [MB] bool: the mean and std of those rows only (EnvPool's reset steps are no
+    transitions), every row normalised with them."""
+    a = mb_advantages if keep is None else mb_advantages[keep]
+    return (mb_advantages - a.mean()) / (a.std() + 1e-8)
+
+
 def ppo_loss(newlogprob, entropy, newvalue, mb_logprobs, mb_advantages, mb_returns, mb_values,
              clip_coef: float, ent_coef: float, vf_coef: float, norm_adv: bool, clip_vloss: bool,
              total: Optional[int] = None):
-    """The clipped PPO objective on one minibatch; returns (loss, stats of floats).
+    """The clipped PPO objective on one minibatch (ppo_atari_envpool.py's lines, its names);
+    returns (loss, stats of floats).
 
-    total: these samples are a slice of a minibatch of `total` (--grad-shards): every mean is
-    the slice's sum / total, so the slices' losses, gradients and stats add up to the
-    minibatch's (its advantages normalised by the caller, over the whole minibatch)."""
+    The one reduction, `mean`: with total None the rows are the whole minibatch and it is
+    torch.mean, CleanRL's (kept for the one pass: a device's mean kernel need not round as
+    sum / n does). With total a number the rows are a slice of a minibatch of `total` rows
+    (--grad-shards, core/shards.py) and it is the slice's sum / total, so the slices' losses,
+    gradients and stats add up to the minibatch's; the caller then normalises the advantages
+    over the whole minibatch (normalize_advantages) and passes norm_adv False."""
     mean = torch.mean if total is None else (lambda x: x.sum() / total)
     logratio = newlogprob - mb_logprobs
     ratio = logratio.exp()
@@ -50,7 +62,7 @@ def ppo_loss(newlogprob, entropy, newvalue, mb_logprobs, mb_advantages, mb_retur
         clipfrac = mean(((ratio - 1.0).abs() > clip_coef).float())
 
     if norm_adv:
-        mb_advantages = (mb_advantages - mb_advantages.mean()) / (mb_advantages.std() + 1e-8)
+        mb_advantages = normalize_advantages(mb_advantages)
 
     # Policy loss
     pg_loss1 = -mb_advantages * ratio

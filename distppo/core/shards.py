@@ -5,11 +5,13 @@ thread pool.
 Why: a slice's gradient depends on its samples and its thread count only, never on how many
 slices run at once, so --overlap's learner runs the slices one after another while the
 runners sample and side by side once they have delivered (`ShardPool.start`), and a seed gives
-the same numbers whichever happened. The loss is CleanRL's minibatch loss: advantages
-normalised over the whole minibatch, each slice's sums divided by the minibatch's size
-(ppo_loss(total=...)), the slices' gradients added in slice order; only float rounding differs
-from one pass (--grad-shards 1). A whole update is no faster sliced than in one pass on the
-same threads (docs/benchmarks.md), so auto slices only where a learner hands over.
+the same numbers whichever happened. This module only cuts, schedules and adds: each slice's
+loss is core/update.py's `minibatch_loss`, the function the one-pass update differentiates,
+with its means taken over the whole minibatch (advantages normalised over the whole minibatch,
+each slice's sums divided by the minibatch's size), so the slices' losses add up to the
+minibatch's; the gradients are added in slice order. Only float rounding differs from one pass
+(--grad-shards 1). A whole update is no faster sliced than in one pass on the same threads
+(docs/benchmarks.md), so auto slices only where a learner hands over.
 """
 from __future__ import annotations
 
@@ -18,9 +20,7 @@ from typing import Callable, Optional
 
 import numpy as np
 import torch
-import torch.nn as nn
 
-from distppo.core.ppo import ppo_loss
 from distppo.core.threads import ShardPlan
 
 
@@ -43,6 +43,22 @@ class ShardPool:
 
     def _slices(self, threads: int) -> int:
         return max(1, min(self.plan.count, threads // self.plan.intra))
+
+    def gradients(self, params: list, mb_size: int, mbenvinds: Optional[np.ndarray],
+                  slice_loss: Callable) -> dict:
+        """A minibatch's gradient as the sum of its slices', left in the parameters' .grad as
+        loss.backward() leaves it; returns the minibatch's stats, the sum of the slices'.
+        slice_loss(pos, envs) -> (loss, stats): the loss of the minibatch's positions `pos`
+        (PPO-LSTM: of its envs `envs`), its means over the whole minibatch."""
+        def one(piece):
+            loss, stats = slice_loss(*piece)
+            return torch.autograd.grad(loss, params, allow_unused=True), stats
+
+        results = self.map(one, slices(self.plan.count, mb_size, mbenvinds))
+        for i, param in enumerate(params):
+            grads = [g[i] for g, _ in results if g[i] is not None]
+            param.grad = None if not grads else sum(grads[1:], grads[0])
+        return {k: sum(s[k] for _, s in results) for k in results[0][1]}
 
     def map(self, fn: Callable, items: list) -> list:
         """[fn(item)] in item order, `width` at a time."""
@@ -71,43 +87,6 @@ def slices(count: int, mb_size: int, envs: Optional[np.ndarray]) -> list:
     minibatch is time-major over its envs ([T * E]), so a slice takes columns of [T, E]."""
     if envs is None:
         return [(torch.as_tensor(pos), None) for pos in np.array_split(np.arange(mb_size), count)]
-    grid = np.arange(mb_size).reshape(-1, len(envs))  # [T, E]
-    return [(torch.as_tensor(grid[:, cols].ravel()), envs[cols])
+    grid = np.arange(mb_size).reshape(-1, len(envs))  # [T*E] -> [T, E]
+    return [(torch.as_tensor(grid[:, cols].ravel()), envs[cols])  # [T, e] -> [T*e]
             for cols in np.array_split(np.arange(len(envs)), count)]
-
-
-def sharded_gradients(pool: ShardPool, agent: nn.Module, forward: Callable, b: dict,
-                      mb_inds: torch.Tensor, mbenvinds: Optional[np.ndarray], p) -> dict:
-    """One minibatch step's gradient, slice by slice, left in the parameters' .grad as
-    loss.backward() leaves it; returns the minibatch's stats (ppo_loss's). b: the flat batch
-    (b_logprobs, b_advantages, b_returns, b_values, b_valid: CleanRL's names); forward(inds,
-    envs): the slice's (newlogprob, entropy, newvalue)."""
-    keep = None if b["valid"] is None else b["valid"][mb_inds]  # [MB] bool, EnvPool LSTM
-    mb_advantages = b["advantages"][mb_inds]
-    total = len(mb_inds) if keep is None else int(keep.sum())
-    if p.norm_adv:  # over the whole minibatch (its valid steps), as ppo_loss does in one pass
-        a = mb_advantages if keep is None else mb_advantages[keep]
-        mb_advantages = (mb_advantages - a.mean()) / (a.std() + 1e-8)
-    params = list(agent.parameters())
-
-    def one(piece):
-        pos, envs = piece
-        inds = mb_inds[pos]
-        newlogprob, entropy, newvalue = forward(inds, envs)
-        adv = mb_advantages[pos]
-        if keep is not None:
-            k = keep[pos]
-            newlogprob, entropy, newvalue, inds, adv = (newlogprob[k], entropy[k], newvalue[k],
-                                                        inds[k], adv[k])
-        loss, stats = ppo_loss(
-            newlogprob, entropy, newvalue, b["logprobs"][inds], adv, b["returns"][inds],
-            b["values"][inds], clip_coef=p.clip_coef, ent_coef=p.ent_coef, vf_coef=p.vf_coef,
-            # (a minibatch with no valid step at all: 0 here where one pass gives NaN)
-            norm_adv=False, clip_vloss=p.clip_vloss, total=max(total, 1))
-        return torch.autograd.grad(loss, params, allow_unused=True), stats
-
-    results = pool.map(one, slices(pool.plan.count, len(mb_inds), mbenvinds))
-    for i, param in enumerate(params):
-        grads = [g[i] for g, _ in results if g[i] is not None]
-        param.grad = None if not grads else sum(grads[1:], grads[0])
-    return {k: sum(s[k] for _, s in results) for k in results[0][1]}

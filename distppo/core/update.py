@@ -1,11 +1,17 @@
 """The PPO update (CleanRL's optimisation loop) and PPOLearner, the plain object that owns it.
 
-`update()` reads top to bottom like ppo_atari.py / ppo_atari_lstm.py. `sync`, when given,
-averages gradients across data-parallel learners between backward() and clipping, exactly
-where ppo_atari_multigpu.py does its all-reduce.
+`update()` reads top to bottom like ppo_atari_envpool.py / ppo_atari_lstm.py, in three parts:
+`prepare` (GAE, then the rollout flattened into a `FlatBatch` with CleanRL's b_ names),
+`minibatch_plan` (one epoch's shuffled minibatches) and `minibatch_step` (gradient, all-reduce,
+clipping, Adam). Every gradient is the gradient of `minibatch_loss`: in one pass, CleanRL's
+loss.backward(), or with --grad-shards summed over slices of the minibatch (core/shards.py), the
+slices computed by that same function. `sync`, when given, averages gradients across
+data-parallel learners between backward() and clipping, exactly where ppo_atari_multigpu.py
+does its all-reduce.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Callable, Optional
 
 import numpy as np
@@ -13,7 +19,7 @@ import torch
 import torch.nn as nn
 import torch.optim as optim
 
-from distppo.config import TrainConfig
+from distppo.config import PPOConfig, TrainConfig
 from distppo.core.models import LSTMAgent, make_agent, take_rows
 from distppo.core.ppo import (
     annealed_lr,
@@ -21,10 +27,11 @@ from distppo.core.ppo import (
     env_minibatches,
     explained_variance,
     flat_minibatches,
+    normalize_advantages,
     ppo_loss,
 )
 from distppo.core.rollout import RolloutBatch
-from distppo.core.shards import ShardPool, sharded_gradients
+from distppo.core.shards import ShardPool
 from distppo.core.threads import shard_plan
 from distppo.errors import ConfigError
 
@@ -58,17 +65,64 @@ class GradAllReduce:
         return t.item() / self.world_size
 
 
+@dataclass
+class FlatBatch:
+    """One rollout on the learner's device, flattened as CleanRL flattens it:
+    [T, N, ...] -> [T*N, ...], time-major (row t * N + n is env n's step t)."""
+    b_obs: torch.Tensor         # [T*N, *obs_shape], uint8 frames (channels_last if the CNN is)
+    b_logprobs: torch.Tensor    # [T*N] float32, log-probs of the actions at sampling
+    b_actions: torch.Tensor     # [T*N] int64
+    b_dones: torch.Tensor       # [T*N] float32, 1.0 where the step starts an episode
+    b_advantages: torch.Tensor  # [T*N] float32, GAE
+    b_returns: torch.Tensor     # [T*N] float32, b_advantages + b_values
+    b_values: torch.Tensor      # [T*N] float32, values at sampling
+    # [T*N] bool: False at EnvPool's reset steps (PPO-LSTM's exact resets), which the LSTM
+    # runs over and the loss leaves out (docs/semantics.md); None: every step counts
+    b_valid: Optional[torch.Tensor]
+    # PPO-LSTM: (h, c), each [1, N, H], the state at rollout start; None: the flat agent
+    initial_lstm_state: Optional[tuple]
+    num_steps: int              # T
+    num_envs: int               # N
+
+
 def update(agent: nn.Module, optimizer: optim.Optimizer, batch: RolloutBatch, cfg: TrainConfig,
            iteration: int, rng: np.random.Generator, device: torch.device,
            sync: Optional[GradAllReduce] = None, shards: Optional[ShardPool] = None) -> dict:
-    """shards: --grad-shards, each minibatch's gradient as the sum of its slices' (core/shards.py;
-    None or one slice: CleanRL's single pass)."""
+    """CleanRL's update on one rollout; returns what CleanRL logs: the last minibatch's
+    losses and KLs, clipfrac over every minibatch, explained variance, the learning rate.
+    shards: --grad-shards (core/shards.py; None or one slice: CleanRL's single pass)."""
     p = cfg.ppo
     lrnow = p.learning_rate
     if p.anneal_lr:
         lrnow = annealed_lr(p.learning_rate, iteration, cfg.num_iterations)
     optimizer.param_groups[0]["lr"] = lrnow
+    b = prepare(agent, batch, p, device)
 
+    stats: dict = {}
+    clipfracs = []
+    for _epoch in range(p.update_epochs):
+        for mbenvinds, mb_inds in minibatch_plan(b, p.num_minibatches, rng):
+            mb_inds = torch.as_tensor(mb_inds, device=device)
+            stats = minibatch_step(agent, optimizer, b, mb_inds, mbenvinds, cfg, sync, shards)
+            clipfracs.append(stats["clipfrac"])
+        if p.target_kl is not None:
+            approx_kl = stats["approx_kl"] if sync is None else sync.mean(stats["approx_kl"])
+            if approx_kl > p.target_kl:
+                break
+
+    y_pred, y_true = b.b_values.cpu().numpy(), b.b_returns.cpu().numpy()
+    if b.b_valid is not None:
+        valid = b.b_valid.cpu().numpy()
+        y_pred, y_true = y_pred[valid], y_true[valid]
+    stats["explained_variance"] = explained_variance(y_pred, y_true)
+    stats["clipfrac"] = float(np.mean(clipfracs))  # CleanRL logs the mean over all minibatches
+    stats["learning_rate"] = lrnow
+    return stats
+
+
+def prepare(agent: nn.Module, batch: RolloutBatch, p: PPOConfig,
+            device: torch.device) -> FlatBatch:
+    """The rollout on `device`, its advantages and returns (GAE), flattened."""
     def t(a):  # the whole batch moves to the learner's device once per iteration
         x = torch.as_tensor(a)
         if device.type == "cuda":  # pinned pages copy asynchronously, overlapping each other
@@ -81,102 +135,106 @@ def update(agent: nn.Module, optimizer: optim.Optimizer, batch: RolloutBatch, cf
         advantages, returns = compute_gae(rewards, values, dones, t(batch.next_value),
                                           t(batch.next_done), p.gamma, p.gae_lambda)
 
-    num_steps, num_envs = batch.num_steps, batch.num_envs
-    obs_shape = batch.obs.shape[2:]
     # flatten the batch: [T, N, ...] -> [T*N, ...]
-    b_obs = obs.reshape((-1,) + obs_shape)
+    b_obs = obs.reshape((-1,) + batch.obs.shape[2:])
     if getattr(agent, "channels_last", False):
         # once per iteration: every minibatch is then gathered in the CNN's layout (take_rows)
         b_obs = b_obs.contiguous(memory_format=torch.channels_last)
-    b_logprobs = logprobs.reshape(-1)
-    b_actions = actions.reshape(-1)
-    b_dones = dones.reshape(-1).float()
-    b_advantages = advantages.reshape(-1)
-    b_returns = returns.reshape(-1)
-    b_values = values.reshape(-1)
-    # [T, N] -> [T*N]; None: every step is a transition of the game (all but PPO-LSTM on EnvPool)
-    b_valid = None if batch.valid is None else t(batch.valid).reshape(-1)
-
-    is_lstm = isinstance(agent, LSTMAgent)
     initial_lstm_state = None
-    if is_lstm:
+    if isinstance(agent, LSTMAgent):
         initial_lstm_state = (t(batch.lstm_state[0]), t(batch.lstm_state[1]))  # [1, N, H] each
+    return FlatBatch(
+        b_obs=b_obs,
+        b_logprobs=logprobs.reshape(-1),
+        b_actions=actions.reshape(-1),
+        b_dones=dones.reshape(-1).float(),
+        b_advantages=advantages.reshape(-1),
+        b_returns=returns.reshape(-1),
+        b_values=values.reshape(-1),
+        b_valid=None if batch.valid is None else t(batch.valid).reshape(-1),  # [T, N] -> [T*N]
+        initial_lstm_state=initial_lstm_state,
+        num_steps=batch.num_steps, num_envs=batch.num_envs)
 
-    sharded = shards is not None and shards.plan.count > 1
-    flat = {"logprobs": b_logprobs, "advantages": b_advantages, "returns": b_returns,
-            "values": b_values, "valid": b_valid}
 
-    def forward(mb_inds, mbenvinds):  # (newlogprob, entropy, newvalue) of a minibatch or slice
-        with autocast(cfg, device):
-            newlogprob, entropy, newvalue = _forward(agent, is_lstm, b_obs, b_dones, b_actions,
-                                                     mb_inds, mbenvinds, initial_lstm_state,
-                                                     device)
-        return newlogprob.float(), entropy.float(), newvalue.float()
+def minibatch_plan(b: FlatBatch, num_minibatches: int, rng: np.random.Generator) -> list:
+    """One epoch's minibatches, [(mbenvinds, mb_inds)]: shuffled rows for PPO (mbenvinds None),
+    whole env sequences, time-major, for PPO-LSTM (core/ppo.py)."""
+    if b.initial_lstm_state is not None:
+        return env_minibatches(b.num_envs, b.num_steps, num_minibatches, rng)
+    return [(None, mb_inds) for mb_inds in
+            flat_minibatches(b.num_envs * b.num_steps, num_minibatches, rng)]
 
-    stats: dict = {}
-    clipfracs = []
-    for _epoch in range(p.update_epochs):
-        if is_lstm:
-            plans = env_minibatches(num_envs, num_steps, p.num_minibatches, rng)
-        else:
-            plans = [(None, mb) for mb in
-                     flat_minibatches(num_envs * num_steps, p.num_minibatches, rng)]
-        for mbenvinds, mb_inds in plans:
-            mb_inds = torch.as_tensor(mb_inds, device=device)
-            if sharded:  # the same gradient, summed over slices of the minibatch (sets .grad)
-                stats = sharded_gradients(shards, agent, forward, flat, mb_inds, mbenvinds, p)
-            else:
-                newlogprob, entropy, newvalue = forward(mb_inds, mbenvinds)
-                if b_valid is not None:
-                    # EnvPool's reset steps: the LSTM ran over them to keep the sequence whole;
-                    # the loss (and the advantage normalisation) leaves them out
-                    # (docs/semantics.md).
-                    keep = b_valid[mb_inds]
-                    newlogprob, entropy, newvalue = newlogprob[keep], entropy[keep], newvalue[keep]
-                    mb_inds = mb_inds[keep]
-                loss, stats = ppo_loss(
-                    newlogprob, entropy, newvalue, b_logprobs[mb_inds], b_advantages[mb_inds],
-                    b_returns[mb_inds], b_values[mb_inds], clip_coef=p.clip_coef,
-                    ent_coef=p.ent_coef, vf_coef=p.vf_coef, norm_adv=p.norm_adv,
-                    clip_vloss=p.clip_vloss)
 
-                optimizer.zero_grad()
-                loss.backward()
-            clipfracs.append(stats["clipfrac"])
-            if sync is not None:
-                sync.grads(agent)
-            nn.utils.clip_grad_norm_(agent.parameters(), p.max_grad_norm)
-            optimizer.step()
+def minibatch_step(agent: nn.Module, optimizer: optim.Optimizer, b: FlatBatch,
+                   mb_inds: torch.Tensor, mbenvinds: Optional[np.ndarray], cfg: TrainConfig,
+                   sync: Optional[GradAllReduce], shards: Optional[ShardPool]) -> dict:
+    """One optimizer step on the minibatch rows mb_inds [MB]: the gradient of minibatch_loss,
+    the all-reduce, clipping, Adam; returns the minibatch's stats (ppo_loss's)."""
+    p = cfg.ppo
+    mb_advantages = b.b_advantages[mb_inds]  # [MB]
+    keep = None if b.b_valid is None else b.b_valid[mb_inds]  # [MB] bool
+    if p.norm_adv:  # over the whole minibatch (its valid steps), before any slicing
+        mb_advantages = normalize_advantages(mb_advantages, keep)
 
-        if p.target_kl is not None:
-            approx_kl = stats["approx_kl"] if sync is None else sync.mean(stats["approx_kl"])
-            if approx_kl > p.target_kl:
-                break
-
-    y_pred, y_true = b_values.cpu().numpy(), b_returns.cpu().numpy()
-    if b_valid is not None:
-        y_pred, y_true = y_pred[batch.valid.reshape(-1)], y_true[batch.valid.reshape(-1)]
-    stats["explained_variance"] = explained_variance(y_pred, y_true)
-    stats["clipfrac"] = float(np.mean(clipfracs))  # CleanRL logs the mean over all minibatches
-    stats["learning_rate"] = lrnow
+    if shards is None or shards.plan.count == 1:
+        loss, stats = minibatch_loss(agent, b, mb_inds, mbenvinds, mb_advantages, cfg)
+        optimizer.zero_grad()
+        loss.backward()
+    else:
+        # every slice's means over the minibatch's (valid) size: their sum is its loss
+        # (a minibatch with no valid step at all: 0 here where one pass gives NaN)
+        total = max(1, len(mb_inds) if keep is None else int(keep.sum()))
+        stats = shards.gradients(
+            list(agent.parameters()), len(mb_inds), mbenvinds,
+            lambda pos, envs: minibatch_loss(agent, b, mb_inds[pos], envs, mb_advantages[pos],
+                                             cfg, total))
+    if sync is not None:
+        sync.grads(agent)
+    nn.utils.clip_grad_norm_(agent.parameters(), p.max_grad_norm)
+    optimizer.step()
     return stats
 
 
-def _forward(agent, is_lstm: bool, b_obs, b_dones, b_actions, mb_inds, mbenvinds,
-             initial_lstm_state, device):
-    """The minibatch's new log-probs, entropies and values (CleanRL's forward pass)."""
-    if is_lstm:
-        mbenvinds = torch.as_tensor(mbenvinds, device=device)
-        _, newlogprob, entropy, newvalue, _ = agent.get_action_and_value(
-            take_rows(b_obs, mb_inds),
-            (initial_lstm_state[0][:, mbenvinds], initial_lstm_state[1][:, mbenvinds]),
-            b_dones[mb_inds],
-            b_actions[mb_inds],
-        )
-    else:
-        _, newlogprob, entropy, newvalue = agent.get_action_and_value(
-            take_rows(b_obs, mb_inds), b_actions[mb_inds])
-    return newlogprob, entropy, newvalue
+def minibatch_loss(agent: nn.Module, b: FlatBatch, mb_inds: torch.Tensor,
+                   mbenvinds: Optional[np.ndarray], mb_advantages: torch.Tensor,
+                   cfg: TrainConfig, total: Optional[int] = None) -> tuple:
+    """CleanRL's minibatch loss on rows mb_inds [MB] of b (PPO-LSTM: the envs mbenvinds [E],
+    time-major); returns (loss, stats). mb_advantages [MB]: those rows' advantages, already
+    normalised over the whole minibatch. total: None, the rows are the whole minibatch and
+    every mean is torch.mean (CleanRL's); a number, the rows are a slice of a minibatch of
+    `total` steps and every mean is the slice's sum / total (ppo_loss)."""
+    p = cfg.ppo
+    newlogprob, entropy, newvalue = _forward(agent, b, mb_inds, mbenvinds, cfg)
+    if b.b_valid is not None:
+        # EnvPool's reset steps: the LSTM ran over them to keep the sequence whole; the loss
+        # leaves them out (docs/semantics.md)
+        keep = b.b_valid[mb_inds]
+        newlogprob, entropy, newvalue = newlogprob[keep], entropy[keep], newvalue[keep]
+        mb_inds, mb_advantages = mb_inds[keep], mb_advantages[keep]
+    return ppo_loss(newlogprob, entropy, newvalue, b.b_logprobs[mb_inds], mb_advantages,
+                    b.b_returns[mb_inds], b.b_values[mb_inds], clip_coef=p.clip_coef,
+                    ent_coef=p.ent_coef, vf_coef=p.vf_coef, norm_adv=False,
+                    clip_vloss=p.clip_vloss, total=total)
+
+
+def _forward(agent: nn.Module, b: FlatBatch, mb_inds: torch.Tensor,
+             mbenvinds: Optional[np.ndarray], cfg: TrainConfig) -> tuple:
+    """The rows' (newlogprob, entropy, newvalue), float32 (CleanRL's forward pass)."""
+    device = b.b_obs.device
+    with autocast(cfg, device):
+        if b.initial_lstm_state is None:
+            _, newlogprob, entropy, newvalue = agent.get_action_and_value(
+                take_rows(b.b_obs, mb_inds), b.b_actions[mb_inds])
+        else:
+            h, c = b.initial_lstm_state
+            mbenvinds = torch.as_tensor(mbenvinds, device=device)
+            _, newlogprob, entropy, newvalue, _ = agent.get_action_and_value(
+                take_rows(b.b_obs, mb_inds),
+                (h[:, mbenvinds], c[:, mbenvinds]),
+                b.b_dones[mb_inds],
+                b.b_actions[mb_inds],
+            )
+    return newlogprob.float(), entropy.float(), newvalue.float()
 
 
 def autocast(cfg: TrainConfig, device: torch.device):
