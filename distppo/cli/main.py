@@ -22,6 +22,7 @@ from distppo.errors import (
     TrainingError,
     UserError,
     end,
+    install_hint,
     is_resumable,
     sigterm_received,
     stop_on_sigterm,
@@ -47,8 +48,8 @@ def check_installed(args: argparse.Namespace) -> None:
                or (m not in sys.modules and importlib.util.find_spec(m) is None)]
     if missing:
         raise UserError(f"{' and '.join(missing)} not installed: `distppo {args.command}` needs "
-                        "the train extra: pip install 'distppo[train]' (install the torch build "
-                        "for your machine first)")
+                        f"the train extra: {install_hint('train')} (install the torch build "
+                        "for your machine first: see the README)")
 
 
 class VersionAction(argparse.Action):

@@ -263,7 +263,7 @@ class LearnerConfig:
 @dataclass(frozen=True)
 class TrackConfig:
     track: bool = False
-    """log the run to Weights & Biases, as CleanRL's --track (pip install 'distppo[tracking]';
+    """log the run to Weights & Biases, as CleanRL's --track (the tracking extra;
     WANDB_MODE=offline writes the run locally)"""
     wandb_project_name: str = "cleanRL"
     """the W&B project of --track"""

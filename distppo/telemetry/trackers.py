@@ -6,8 +6,8 @@ W&B logs directly (`run.log`) instead of CleanRL's `sync_tensorboard=True`: the 
 steps without patching the TensorBoard writer, and nothing is lost when a run ends before W&B's
 event-file watcher caught up. The run ids live in `<run dir>/tracking.json`, so `--resume`
 continues the same W&B and MLflow runs. Sweeps track through Tune's callbacks instead
-(sweep/tracking.py); trials run with these off. The libraries are optional (`pip install
-'distppo[tracking]'`) and imported only when asked for.
+(sweep/tracking.py); trials run with these off. The libraries are optional (the `tracking`
+extra) and imported only when asked for.
 """
 from __future__ import annotations
 
@@ -19,11 +19,11 @@ import time
 from typing import Iterable, Mapping, Optional, Protocol
 
 from distppo.config import TrainConfig
-from distppo.errors import ConfigError, UserError
+from distppo.errors import ConfigError, UserError, install_hint
 from distppo.telemetry.tensorboard import TB_SCALARS, flatten
 
 TRACKING_JSON = "tracking.json"
-INSTALL_HINT = "pip install 'distppo[tracking]'"
+INSTALL_HINT = install_hint("tracking")
 
 
 class Tracker(Protocol):
