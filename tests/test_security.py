@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import yaml
 
-from conftest import REPO
+from conftest import REPO, run_cli
 
 CLUSTER = Path(REPO) / "cluster"
 
@@ -92,3 +93,38 @@ def test_ray_job_uploads_only_the_package_and_launch_scripts():
     assert "distppo/cli/main.py" in uploaded and "launch/sweep_atari57.py" in uploaded
     assert not any("__pycache__" in p for p in uploaded)
     assert ".rayignore" in (root / "launch" / "submit_job.sh").read_text()
+
+
+@pytest.mark.parametrize("uri, shown", [
+    ("s3://AKIAEXAMPLE:wJalr/EXAMPLEKEY@bucket/sweeps", "s3://***@bucket/sweeps"),
+    ("s3://bucket/sweeps?endpoint_override=h:9000&scheme=http&access_key=AK&secret_key=SK"
+     "&session_token=ST", "s3://bucket/sweeps?endpoint_override=h:9000&scheme=http"
+     "&access_key=***&secret_key=***&session_token=***"),
+    ("http://user:token@mlflow:5000", "http://***@mlflow:5000"),
+    ("https://b.s3.amazonaws.com/k?X-Amz-Credential=C&X-Amz-Signature=S&X-Amz-Date=1#f",
+     "https://b.s3.amazonaws.com/k?X-Amz-Credential=***&X-Amz-Signature=***&X-Amz-Date=1#f"),
+    ("gs://bucket/sweeps", "gs://bucket/sweeps"),
+    ("file:///tmp/mlruns", "file:///tmp/mlruns"),
+    ("/tmp/sweeps?x=1", "/tmp/sweeps?x=1"),
+])
+def test_redact_hides_credentials_and_keeps_the_rest(uri, shown):
+    from distppo.telemetry.redact import redact, redact_text
+    assert redact(uri) == shown
+    assert redact_text(f"storage {uri}: denied") == f"storage {shown}: denied"
+
+
+def test_cli_prints_the_storage_uri_redacted(s3_server):
+    """A real S3 (moto, which takes any secret) reached through a URI holding the credentials:
+    the error `distppo status` prints names the sweep without them."""
+    _, creds = s3_server
+    endpoint = creds["AWS_ENDPOINT_URL"].removeprefix("http://")
+    secret = "wJalrXUtnFEMI-K7MDENG-SUPERSECRET"
+    uri = (f"s3://AKIDTESTING:{secret}@status-bucket/none?endpoint_override={endpoint}"
+           f"&scheme=http&session_token=TOKEN-SECRET")
+    env = {k: v for k, v in creds.items() if not k.startswith("AWS_SECRET")}
+    for command in (["status", uri], ["report", uri, "--no-plots"]):
+        proc = run_cli(*command, env=env, timeout=120)
+        assert proc.returncode == 2, proc.stderr
+        assert secret not in proc.stderr + proc.stdout and "TOKEN-SECRET" not in proc.stderr
+        assert "s3://***@status-bucket/none" in proc.stderr, proc.stderr
+        assert "session_token=***" in proc.stderr, proc.stderr

@@ -27,6 +27,7 @@ from distppo.errors import (
     sigterm_received,
     stop_on_sigterm,
 )
+from distppo.telemetry.redact import redact_text
 
 COMMANDS = (train, evaluate, bench, sweep, status, plan, report)
 # what a stop of these says when it kept nothing to resume (errors.mark_resumable: before a
@@ -80,11 +81,11 @@ def main(argv: Optional[list] = None) -> int:
     try:
         check_installed(args)
         return args.handler(args)
-    except UserError as exc:  # ConfigError included
-        print(f"distppo {args.command}: error: {exc}", file=sys.stderr)
+    except UserError as exc:  # ConfigError included; a URI in it is shown redacted
+        print(f"distppo {args.command}: error: {redact_text(str(exc))}", file=sys.stderr)
         return EXIT_USAGE
     except TrainingError as exc:
-        print(f"distppo {args.command}: error: {exc}", file=sys.stderr)
+        print(f"distppo {args.command}: error: {redact_text(str(exc))}", file=sys.stderr)
         return 1
     except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (Terminated, or Ray's re-raise of it)
         term = isinstance(exc, Terminated) or sigterm_received()

@@ -20,6 +20,7 @@ from typing import Iterable, Mapping, Optional, Protocol
 
 from distppo.config import TrainConfig
 from distppo.errors import ConfigError, UserError, install_hint
+from distppo.telemetry.redact import redact
 from distppo.telemetry.tensorboard import TB_SCALARS, flatten
 
 TRACKING_JSON = "tracking.json"
@@ -51,7 +52,7 @@ def make_trackers(cfg: TrainConfig, run_dir: str, run_id: str) -> list[Tracker]:
     wanted = [(cfg.tracking.track, "wandb_run_id", "--track (W&B)",
                lambda resume: WandbTracker(cfg, run_dir, run_id, resume)),
               (cfg.tracking.mlflow_tracking_uri, "mlflow_run_id",
-               f"--mlflow-tracking-uri {cfg.tracking.mlflow_tracking_uri}",
+               f"--mlflow-tracking-uri {redact(cfg.tracking.mlflow_tracking_uri or '')}",
                lambda resume: MlflowTracker(cfg, run_id, resume))]
     for on, key, what, make in wanted:
         if not on:
