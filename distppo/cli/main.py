@@ -61,7 +61,7 @@ class VersionAction(argparse.Action):
                          help="print the version and git commit, then exit")
 
     def __call__(self, parser, namespace, values, option_string=None):
-        from distppo.telemetry.runinfo import git_commit
+        from distppo.telemetry.provenance import git_commit
         print(f"distppo {__version__} (git {git_commit() or 'unknown'})")
         parser.exit(0)
 
