@@ -129,6 +129,8 @@ def test_sigterm_raises_terminated_or_calls_the_sigint_handler_and_is_remembered
     (("torch", "ray"), ["train", "--env-id", "Breakout-v5"], "pip install -e '.[train]'"),
     (("wandb",), ["train", "--local", "--env-id", "CartPole-v1", "--backend", "gym", "--track"],
      "pip install -e '.[tracking]'"),
+    (("imageio_ffmpeg",), ["train", "--local", "--env-id", "CartPole-v1", "--backend", "gym",
+                           "--capture-video"], "pip install -e '.[train]'"),
 ])
 def test_missing_extra_hint_installs_from_the_checkout(tmp_path, blocked, args, needle):
     # a None entry in sys.modules makes the import fail as an absent package does; distppo has
