@@ -237,9 +237,8 @@ def resume_sweep(storage_uri: str, name: str, force_unlock: bool = False) -> Swe
         raise UserError(f"{storage.uri}/{SWEEP_JSON} is not a valid sweep config ({exc})") from None
     if cfg.storage != storage.storage:
         # Trials and Tune's pickled callback name the storage the sweep was created in.
-        raise UserError(f"{storage.uri} was created as {redact(cfg.storage)}/{cfg.name}: resume it "
-                        "there "
-                        "(moving a sweep to another storage is not supported)")
+        raise UserError(f"{storage.uri} was created as {redact(cfg.storage)}/{cfg.name}: resume "
+                        "it there (moving a sweep to another storage is not supported)")
     trainable, lease = _prepare(cfg, storage, force_unlock)
     try:
         tuner = tune.Tuner.restore(storage.location, trainable, resume_unfinished=True,
