@@ -47,6 +47,13 @@ class StorageError(TrainingError, OSError):
     so code that handles I/O errors still sees one."""
 
 
+def install_hint(extra: str) -> str:
+    """The command that installs one of distppo's extras. distppo has no release on a public
+    package index (a `pip install 'distppo[...]'` would fetch whatever is published under that
+    name there), so every hint installs from the source checkout."""
+    return f"pip install -e '.[{extra}]' in the distppo checkout (distppo is not on PyPI)"
+
+
 class Terminated(KeyboardInterrupt):
     """SIGTERM (`kill`, `ray job stop`, a scheduler's preemption), handled as Ctrl-C is: the
     run stops where it is, its files stay whole, `--resume` continues it; exit 143."""

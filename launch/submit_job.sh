@@ -10,9 +10,9 @@
 # does, through Ray's Jobs SDK so that each argument reaches distppo as given (quoted for the
 # job's /bin/sh), and prints the commands that follow the job's logs, show its status and stop it.
 #
-# --working-dir . uploads this checkout (what .gitignore and .rayignore exclude stays here:
-# .venv, runs/, sweeps/) and the job imports distppo from it, so the code that runs is the
-# code you see; the cluster's nodes only need distppo's dependencies installed.
+# --working-dir . uploads distppo/, launch/ and pyproject.toml of this checkout (.rayignore;
+# .gitignore keeps .venv, runs/ and sweeps/ out too) and the job imports distppo from it, so
+# the code that runs is the code you see; the cluster's nodes only need distppo's dependencies.
 #
 # Environment:
 #   RAY_ADDRESS   required: the job server (dashboard) of the cluster, reached through a tunnel,

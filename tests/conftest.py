@@ -153,3 +153,18 @@ def assert_engines_agree(path, must_have_nulls=()):
             assert [v for v, _ in numbers] == pytest.approx(
                 [e for _, e in numbers], rel=1e-12, nan_ok=False), (
                 engine, column, values, expected)
+
+
+def video_codec(path) -> tuple[str, str]:
+    """An MP4's video codec, twice: the four-character code of its sample entry, read from the
+    'stsd' box (avc1 = H.264, mp4v = MPEG-4 Part 2), and ffmpeg's name for its stream (read
+    with the ffmpeg binary imageio-ffmpeg ships)."""
+    import re
+
+    import imageio_ffmpeg
+    data = Path(path).read_bytes()
+    at = data.index(b"stsd")  # [size][stsd][version+flags][entry count][entry size][format]
+    fourcc = data[at + 16:at + 20].decode("ascii")
+    probe = subprocess.run([imageio_ffmpeg.get_ffmpeg_exe(), "-hide_banner", "-i", str(path)],
+                           capture_output=True, text=True, timeout=60).stderr
+    return fourcc, re.search(r"Video: (\w+)", probe).group(1)

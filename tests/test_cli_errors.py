@@ -1,9 +1,12 @@
 """Bad input through the real CLI: one clear line, non-zero exit, no traceback, nothing
 overwritten."""
 
+import subprocess
+import sys
+
 import pytest
 
-from conftest import assert_one_line_error, run_cli
+from conftest import REPO, assert_one_line_error, run_cli
 
 TINY = ["--num-envs", "2", "--num-steps", "16", "--num-minibatches", "2", "--total-timesteps", "32"]
 
@@ -120,3 +123,21 @@ def test_sigterm_raises_terminated_or_calls_the_sigint_handler_and_is_remembered
         signal.signal(signal.SIGTERM, before[0])
         signal.signal(signal.SIGINT, before[1])
         errors._SIGTERM.clear()
+
+
+@pytest.mark.parametrize("blocked, args, needle", [
+    (("torch", "ray"), ["train", "--env-id", "Breakout-v5"], "pip install -e '.[train]'"),
+    (("wandb",), ["train", "--local", "--env-id", "CartPole-v1", "--backend", "gym", "--track"],
+     "pip install -e '.[tracking]'"),
+    (("imageio_ffmpeg",), ["train", "--local", "--env-id", "CartPole-v1", "--backend", "gym",
+                           "--capture-video"], "pip install -e '.[train]'"),
+])
+def test_missing_extra_hint_installs_from_the_checkout(tmp_path, blocked, args, needle):
+    # a None entry in sys.modules makes the import fail as an absent package does; distppo has
+    # no release on PyPI, so a hint naming `distppo[...]` there would install someone else's
+    code = (f"import sys\nfor m in {blocked!r}: sys.modules[m] = None\n"
+            "from distppo.cli.main import main\nsys.exit(main(sys.argv[1:]))")
+    proc = subprocess.run([sys.executable, "-c", code, *args, "--output-dir", str(tmp_path)],
+                          capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert_one_line_error(proc, needle, "not on PyPI")
+    assert "distppo[" not in proc.stderr

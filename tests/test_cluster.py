@@ -301,6 +301,37 @@ def test_aws_roles_pass_the_workers_role_and_keep_to_the_bucket():
                 assert actions == ["iam:PassRole"] and "*" not in resources, st
     assert not any(a.startswith(("ec2:", "iam:")) for st in worker for a in
                    ([st["Action"]] if isinstance(st["Action"], str) else st["Action"]))
+    # EC2 changes reach only this cluster's instances: Ray tags every instance it launches
+    # ray-cluster-name=<cluster_name> (RunInstances' TagSpecifications), so launching is allowed
+    # only with that tag and IMDSv2, and stop, terminate and retag only where the tag is set.
+    cluster_tag = {"ec2:ResourceTag/ray-cluster-name": config["cluster_name"]}
+    for st in head:
+        actions = [st["Action"]] if isinstance(st["Action"], str) else st["Action"]
+        resources = [st["Resource"]] if isinstance(st["Resource"], str) else st["Resource"]
+        ec2 = [a for a in actions if a.startswith("ec2:")]
+        if not ec2 or ec2 == ["ec2:Describe*"]:
+            continue
+        on_instances = any(":instance/" in r for r in resources)
+        assert on_instances or ec2 == ["ec2:RunInstances"], st
+        assert "*" not in resources, st
+        if not on_instances:
+            continue
+        condition = st.get("Condition", {}).get("StringEquals", {})
+        if ec2 == ["ec2:RunInstances"]:
+            assert condition == {"aws:RequestTag/ray-cluster-name": config["cluster_name"],
+                                 "ec2:MetadataHttpTokens": "required"}, st
+        elif ec2 == ["ec2:CreateTags"]:
+            assert condition in (cluster_tag, {"ec2:CreateAction": "RunInstances"}), st
+        else:
+            assert condition == cluster_tag, st
+    assert {"ec2:TerminateInstances", "ec2:RunInstances"} <= {
+        a for st in head if "Condition" in st
+        for a in ([st["Action"]] if isinstance(st["Action"], str) else st["Action"])}
+    # IMDSv2 on every node: the metadata service answers only with a session token
+    for name, node_type in types.items():
+        options = node_type["node_config"].get("MetadataOptions", {})
+        assert options.get("HttpTokens") == "required", name
+        assert options.get("HttpPutResponseHopLimit", 1) >= 2, name  # one hop into Docker
 
 
 def test_kuberay_retries_crashes_not_failed_trials_and_slurm_warns_before_the_limit():

@@ -38,10 +38,17 @@ def test_data_parallel_learners_stay_bit_identical(ray_cluster, tmp_path):
             _, payload = backend.finish_rollout(backend.start_rollout(iteration - 1))
             backend.learn(payload, iteration)
         w0, w1 = backend.learner_weights()
+        # gloo (and NCCL on GPUs) bound to the interface of the node's address, in each learner
+        ifnames = ray.get([learner.__ray_call__.remote(
+            lambda _: [os.environ.get(v) for v in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")])
+            for learner in backend.learners], timeout=60)
     finally:
         backend.close()
     assert all(torch.equal(w0[k], w1[k]) for k in w0)
     assert not all(torch.equal(w0[k], initial[k]) for k in w0), "the learners did not learn"
+    from distppo.distributed.netif import interface_of
+    expected = interface_of(ray.util.get_node_ip_address())  # one node: the driver's too
+    assert expected and ifnames == [[expected, expected]] * 2, ifnames
 
 
 def test_env_shares_split_runner_batches_by_env():

@@ -12,6 +12,8 @@ from distppo.envs.factory import make_vector_env
 from distppo.envs.games import ATARI_57, resolve_env_id, to_gym, to_v5
 from distppo.errors import ConfigError
 
+from conftest import video_codec
+
 BACKENDS = ("gym", "envpool", "ale")
 VIDEO_BACKENDS = ("gym", "envpool")  # ale-py's vector env renders no frames
 BREAKOUT_LIVES = 5  # a test-side game fact: one training-level done per life
@@ -248,6 +250,9 @@ def test_video_of_env0_games(backend, tmp_path):
     assert game_length <= len(frames) <= game_length + BREAKOUT_LIVES
     assert frames[0].shape == (210, 160, 3)
     assert np.std(np.stack(frames).astype(np.float32)) > 10, "video frames look blank"
+    # H.264, which browsers and W&B play (OpenCV's mp4v is MPEG-4 Part 2: they do not)
+    for name in ("episode-0.mp4", "episode-1.mp4"):
+        assert video_codec(tmp_path / name) == ("avc1", "h264")
 
 
 def test_time_limit_in_agent_steps_on_both_backends():

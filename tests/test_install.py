@@ -44,4 +44,4 @@ def test_report_extra_in_a_fresh_venv(tmp_path):
     version = distppo("--version")
     assert version.returncode == 0 and version.stdout.startswith("distppo 0."), version.stderr
     assert_one_line_error(distppo("train", "--env-id", "Breakout-v5"), "torch",
-                          "pip install 'distppo[train]'")
+                          "pip install -e '.[train]'", "not on PyPI")

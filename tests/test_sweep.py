@@ -77,6 +77,9 @@ def test_grid_finishes_with_declared_schemas(ray_cluster, tmp_path):
 
     commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True,
                             text=True).stdout.strip()
+    if subprocess.run(["git", "status", "--porcelain"], cwd=REPO, capture_output=True,
+                      text=True).stdout.strip():
+        commit += "-dirty"  # changes not committed: the runs say so (telemetry/provenance.py)
     by_trial = {r["trial_id"]: r for r in iterations.to_pylist()}  # last row wins: iteration 2
     for row in trials.to_pylist():
         last = by_trial[row["trial_id"]]

@@ -12,7 +12,7 @@ import torch
 
 from distppo.core.models import make_agent
 
-from conftest import assert_engines_agree, assert_one_line_error, run_cli
+from conftest import REPO, assert_engines_agree, assert_one_line_error, run_cli
 
 TINY = ["--num-envs", "2", "--num-steps", "8", "--num-minibatches", "2", "--total-timesteps", "48"]
 CARTPOLE = ["--local", "--env-id", "CartPole-v1", "--backend", "gym", *TINY]
@@ -83,7 +83,7 @@ def test_cleanrl_envpool_command_line_runs_unchanged(ray_cluster, tmp_path):
     (run,) = [r.run for r in records if r.WhichOneof("record_type") == "run"]
     assert (run.project, run.entity, run.display_name) == ("x", "openrlbenchmark", "r")
     config = {u.key: json.loads(u.value_json) for u in run.config.update}
-    assert config["ppo"]["num_steps"] == 32 and config["exp_name"] == "ppo_atari_envpool"
+    assert config["num_steps"] == 32 and config["exp_name"] == "ppo_atari_envpool"
     rows = pd.read_parquet(run_dir / "metrics.parquet")
     history = [h for h in wandb_history(records) if "charts/SPS" in h]
     assert [h["global_step"] for h in history] == rows["global_step"].tolist()
@@ -123,7 +123,7 @@ def test_mlflow_run_in_a_file_store(tmp_path, monkeypatch):
     games = mlflow_metric(client, run.info.run_id, "charts/episodic_return")
     assert len(games) == rows["episodes"].sum() > 0
     assert json.loads((tmp_path / "r" / "tracking.json").read_text()) == {
-        "mlflow_run_id": run.info.run_id}
+        "mlflow_run_id": run.info.run_id, "logged_step": {"mlflow_run_id": 48}}
 
 
 def test_tracker_that_cannot_start_is_one_line_and_leaves_no_run(tmp_path):
@@ -181,3 +181,45 @@ def test_sweep_tracks_to_mlflow_and_wandb_and_reads_the_same_everywhere(ray_clus
     assert_engines_agree(sweep / "iterations.parquet", must_have_nulls=(
         "episodic_return_mean", "episodic_length_mean", "episodic_return_last100"))
     assert_engines_agree(sweep / "trials.parquet")
+
+
+def test_wandb_config_is_flat_like_cleanrl_and_resume_logs_no_row_twice(tmp_path):
+    """An offline W&B run stopped by a failure at iteration 4 (its last checkpoint: 2), then
+    resumed: the rows of iteration 3 are computed again but reach W&B once; the config has
+    CleanRL's flat `vars(args)` keys; the entry script is saved (save_code)."""
+    env = {"WANDB_MODE": "offline", "DISTPPO_FAULT_ITERATION": "4"}
+    args = ["--local", "--env-id", "CartPole-v1", "--backend", "gym", "--num-envs", "2",
+            "--num-steps", "8", "--num-minibatches", "2", "--total-timesteps", "96",
+            "--checkpoint-every", "2", "--track", "--wandb-project-name", "x"]
+    first = run_cli("train", *args, "--output-dir", tmp_path, "--run-name", "r", env=env,
+                    timeout=180)
+    assert first.returncode != 0 and "iteration 4" in first.stderr, first.stderr[-2000:]
+    run_dir = tmp_path / "r"
+    ids = json.loads((run_dir / "tracking.json").read_text())
+    assert ids["logged_step"] == {"wandb_run_id": 48}  # iterations 1-3 of 16 steps
+    resumed = run_cli("train", "--resume", run_dir, env=env, timeout=180)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+
+    runs = sorted(run_dir.glob("wandb/offline-run-*"))
+    assert len(runs) == 2  # W&B writes an offline resume as a second run folder, same id
+    records = [r for run in runs for r in wandb_records(run)]
+    steps = [h["global_step"] for h in wandb_history(records) if "charts/SPS" in h]
+    rows = pd.read_parquet(run_dir / "metrics.parquet")
+    assert steps == rows["global_step"].tolist() == list(range(16, 97, 16))
+    assert json.loads((run_dir / "tracking.json").read_text())["logged_step"] == {
+        "wandb_run_id": 96}
+
+    (run,) = [r.run for r in wandb_records(runs[0]) if r.WhichOneof("record_type") == "run"]
+    config = {u.key: json.loads(u.value_json) for u in run.config.update}
+    cleanrl_args = {"exp_name", "seed", "torch_deterministic", "cuda", "track",
+                    "wandb_project_name", "wandb_entity", "capture_video", "env_id",
+                    "total_timesteps", "learning_rate", "num_envs", "num_steps", "anneal_lr",
+                    "gamma", "gae_lambda", "num_minibatches", "update_epochs", "norm_adv",
+                    "clip_coef", "clip_vloss", "ent_coef", "vf_coef", "max_grad_norm",
+                    "target_kl", "batch_size", "minibatch_size", "num_iterations"}
+    assert cleanrl_args <= set(config), cleanrl_args - set(config)
+    assert not any(isinstance(v, dict) for k, v in config.items() if k != "_wandb"), config
+    assert (config["num_steps"], config["batch_size"], config["num_iterations"]) == (8, 16, 6)
+    assert config["env_id"] == "CartPole-v1" and config["track"] is True
+    saved = runs[0] / "files" / "code" / "distppo" / "cli" / "main.py"  # save_code
+    assert saved.read_text() == (Path(REPO) / "distppo" / "cli" / "main.py").read_text()

@@ -13,7 +13,7 @@ from distppo.config import TrainConfig
 from distppo.core.backend import LocalBackend
 from distppo.core.loop import train
 
-from conftest import REPO, run_cli
+from conftest import REPO, run_cli, video_codec
 
 LOSSES = ["policy_loss", "value_loss", "entropy", "old_approx_kl", "approx_kl", "clipfrac",
           "explained_variance", "episodic_return_mean", "global_step"]
@@ -244,6 +244,7 @@ def test_capture_video_during_training(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     videos = list((tmp_path / "v" / "videos").glob("*.mp4"))
     assert videos and os.path.getsize(videos[0]) > 1000
+    assert all(video_codec(v) == ("avc1", "h264") for v in videos)
 
 
 @pytest.mark.slow

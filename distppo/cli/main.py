@@ -22,10 +22,12 @@ from distppo.errors import (
     TrainingError,
     UserError,
     end,
+    install_hint,
     is_resumable,
     sigterm_received,
     stop_on_sigterm,
 )
+from distppo.telemetry.redact import redact_text
 
 COMMANDS = (train, evaluate, bench, sweep, status, plan, report)
 # what a stop of these says when it kept nothing to resume (errors.mark_resumable: before a
@@ -47,8 +49,8 @@ def check_installed(args: argparse.Namespace) -> None:
                or (m not in sys.modules and importlib.util.find_spec(m) is None)]
     if missing:
         raise UserError(f"{' and '.join(missing)} not installed: `distppo {args.command}` needs "
-                        "the train extra: pip install 'distppo[train]' (install the torch build "
-                        "for your machine first)")
+                        f"the train extra: {install_hint('train')} (install the torch build "
+                        "for your machine first: see the README)")
 
 
 class VersionAction(argparse.Action):
@@ -59,7 +61,7 @@ class VersionAction(argparse.Action):
                          help="print the version and git commit, then exit")
 
     def __call__(self, parser, namespace, values, option_string=None):
-        from distppo.telemetry.runinfo import git_commit
+        from distppo.telemetry.provenance import git_commit
         print(f"distppo {__version__} (git {git_commit() or 'unknown'})")
         parser.exit(0)
 
@@ -79,11 +81,11 @@ def main(argv: Optional[list] = None) -> int:
     try:
         check_installed(args)
         return args.handler(args)
-    except UserError as exc:  # ConfigError included
-        print(f"distppo {args.command}: error: {exc}", file=sys.stderr)
+    except UserError as exc:  # ConfigError included; a URI in it is shown redacted
+        print(f"distppo {args.command}: error: {redact_text(str(exc))}", file=sys.stderr)
         return EXIT_USAGE
     except TrainingError as exc:
-        print(f"distppo {args.command}: error: {exc}", file=sys.stderr)
+        print(f"distppo {args.command}: error: {redact_text(str(exc))}", file=sys.stderr)
         return 1
     except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (Terminated, or Ray's re-raise of it)
         term = isinstance(exc, Terminated) or sigterm_received()

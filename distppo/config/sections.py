@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from distppo.envs.games import BACKENDS, NO_ALE_VIDEO, resolve_env_id
+from distppo.envs.video import check_encoder
 from distppo.errors import ConfigError
 
 ALGOS = ("ppo", "ppo_lstm")
@@ -64,6 +65,8 @@ class EnvConfig:
                                   f"{self.env_id} keeps its own limit: drop the flag")
         if self.capture_video and self.backend == "ale":
             raise ConfigError(NO_ALE_VIDEO)
+        if self.capture_video:
+            check_encoder()
 
 
 @dataclass(frozen=True)
@@ -263,7 +266,7 @@ class LearnerConfig:
 @dataclass(frozen=True)
 class TrackConfig:
     track: bool = False
-    """log the run to Weights & Biases, as CleanRL's --track (pip install 'distppo[tracking]';
+    """log the run to Weights & Biases, as CleanRL's --track (the tracking extra;
     WANDB_MODE=offline writes the run locally)"""
     wandb_project_name: str = "cleanRL"
     """the W&B project of --track"""

@@ -17,6 +17,7 @@ from distppo.core.backend import device_name
 from distppo.core.rollout import RolloutBatch
 from distppo.core.threads import cores, reuse_freed_memory
 from distppo.core.update import GradAllReduce, PPOLearner
+from distppo.distributed.netif import bind_collectives
 from distppo.errors import UserError
 from distppo.testing import faults
 
@@ -53,6 +54,8 @@ class Learner:
 
     def init_group(self, addr: str, port: int, rank: int, world_size: int) -> None:
         backend = "nccl" if self.core.device.type == "cuda" else "gloo"
+        # gloo's and NCCL's own sockets on this node's interface, as the store's (netif.py)
+        bind_collectives(ray.util.get_node_ip_address())
         if rank == 0:  # the store takes over rank 0's listening socket (rendezvous_address)
             store = dist.TCPStore(addr, port, world_size, is_master=True, timeout=GROUP_TIMEOUT,
                                   master_listen_fd=self._listener.detach(), use_libuv=False)

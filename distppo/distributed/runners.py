@@ -5,6 +5,9 @@ import os
 
 import ray
 import torch
+
+# Ray's own GCS tables, read directly: the public ray.util.state asks the dashboard, which
+# local runs do not start (connect.py). Private, hence pyproject's upper bound on Ray.
 from ray._private.state import actors as actor_table
 from ray._private.state import jobs as job_table
 

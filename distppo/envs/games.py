@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Optional, Sequence
 
-from distppo.errors import ConfigError
+from distppo.errors import ConfigError, install_hint
 
 # Vector env implementations (envs/factory.py builds them): EnvPool, gymnasium + ale-py with
 # the DeepMind wrappers in Python, ale-py's own C++ vector env.
@@ -35,7 +35,7 @@ def check_backend_installed(backend: str) -> None:
     module = BACKEND_MODULES.get(backend)
     if module and importlib.util.find_spec(module) is None:
         hint = ("EnvPool publishes wheels for Linux only: use --backend ale (ale-py's C++ "
-                "vector env) or gym" if module == "envpool" else "pip install 'distppo[train]'")
+                "vector env) or gym" if module == "envpool" else install_hint("train"))
         raise ConfigError(f"--backend {backend} needs the {module} package, which is not "
                           f"installed: {hint}")
 

@@ -32,6 +32,7 @@ from distppo.sweep.layout import ITERATIONS_FILE as ITERATIONS
 from distppo.sweep.layout import SWEEP_JSON as SPEC
 from distppo.sweep.layout import TRIALS_FILE as TRIALS
 from distppo.sweep.layout import filesystem, first_line
+from distppo.telemetry.redact import redact
 
 TRIAL_COLUMNS = ("trial_id", "env_id", "algo", "backend", "seed", "total_timesteps", "status",
                  "wall_clock_minutes", "final_episodic_return")
@@ -135,8 +136,8 @@ def load(uri: str) -> Sweep:
     if trials.empty and iters.empty:
         raise UserError(f"{uri} holds no trials yet: nothing to report")
     spec, span = _spec(fs, root)
-    return Sweep(uri=uri, name=os.path.basename(root) or uri, trials=trials, iterations=iters,
-                 spec=spec, span_s=span)
+    return Sweep(uri=redact(uri), name=os.path.basename(root) or redact(uri), trials=trials,
+                 iterations=iters, spec=spec, span_s=span)
 
 
 def _spec(fs: pafs.FileSystem, root: str) -> tuple[Optional[SweepConfig], float]:

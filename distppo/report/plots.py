@@ -12,7 +12,7 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from distppo.errors import UserError
+from distppo.errors import UserError, install_hint
 from distppo.report.load import Sweep
 
 
@@ -20,7 +20,7 @@ def _pyplot():
     try:
         import matplotlib
     except ImportError:
-        raise UserError("plots need matplotlib: pip install 'distppo[plots]'") from None
+        raise UserError(f"plots need matplotlib: {install_hint('report')}") from None
     matplotlib.use("Agg")  # files only; never open a window
     import matplotlib.pyplot as plt
     return plt

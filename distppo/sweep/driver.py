@@ -32,6 +32,7 @@ from distppo.sweep.storage import SweepStorage
 from distppo.sweep.tracking import tracking_callbacks
 from distppo.sweep.trial import run_trial
 from distppo.telemetry.progress import format_eta
+from distppo.telemetry.redact import redact, redact_text
 from distppo.telemetry.trackers import check_trackers
 from distppo.testing import faults
 
@@ -124,7 +125,7 @@ class SweepCallback(tune.Callback):
         except Exception as exc:  # noqa: BLE001 - any failure of an output must not end the sweep
             self.errors += 1
             print(f"distppo: sweep outputs not updated at {what} ({type(exc).__name__}: "
-                  f"{first_line(exc)}); the sweep goes on ({self.errors} so far)",
+                  f"{redact_text(first_line(exc))}); the sweep goes on ({self.errors} so far)",
                   file=sys.stderr, flush=True)
 
     def _write(self, trials: list, ending: Optional[dict] = None, iterations: bool = True):
@@ -236,11 +237,11 @@ def resume_sweep(storage_uri: str, name: str, force_unlock: bool = False) -> Swe
         raise UserError(f"{storage.uri}/{SWEEP_JSON} is not a valid sweep config ({exc})") from None
     if cfg.storage != storage.storage:
         # Trials and Tune's pickled callback name the storage the sweep was created in.
-        raise UserError(f"{storage.uri} was created as {cfg.storage}/{cfg.name}: resume it there "
-                        "(moving a sweep to another storage is not supported)")
+        raise UserError(f"{storage.uri} was created as {redact(cfg.storage)}/{cfg.name}: resume "
+                        "it there (moving a sweep to another storage is not supported)")
     trainable, lease = _prepare(cfg, storage, force_unlock)
     try:
-        tuner = tune.Tuner.restore(storage.uri, trainable, resume_unfinished=True,
+        tuner = tune.Tuner.restore(storage.location, trainable, resume_unfinished=True,
                                    resume_errored=True)
         _fit(tuner)
     finally:
@@ -304,6 +305,6 @@ def final_report(storage: SweepStorage, stream: TextIO = sys.stdout) -> int:
         print(f"{len(failed)} trial(s) failed: {', '.join(failed)}; their errors are in "
               f"{storage.uri}/<trial_id>/error.txt; --resume retries them", file=sys.stderr)
         return EXIT_TRIALS_FAILED
-    print(f"sweep interrupted: continue it with --storage {storage.storage} --name "
+    print(f"sweep interrupted: continue it with --storage {redact(storage.storage)} --name "
           f"{storage.name} --resume", file=sys.stderr)
     return EXIT_UNFINISHED

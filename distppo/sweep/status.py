@@ -35,6 +35,7 @@ from distppo.sweep.layout import FAULTS, RUNS, SWEEP_JSON, TRIAL_JSON, filesyste
 from distppo.sweep.schedule import lpt_makespan
 from distppo.telemetry.faultlog import FaultLog
 from distppo.telemetry.parquet import TAIL_SUFFIX
+from distppo.telemetry.redact import redact
 from distppo.telemetry.schema import METRICS_FILENAME, validate_row
 
 STALE_AFTER_S = 300.0  # Tune syncs a trial's results to object stores every few minutes
@@ -180,7 +181,7 @@ def _summarise(uri, cfg, trials, alive, seen_ago, fs, root, now) -> SweepStatus:
         until = now if alive and not ended else now - (seen_ago or 0.0)
         makespan = max(until - started, 0.0) + remaining
     state = "finished" if ended else "running" if alive else "interrupted"
-    return SweepStatus(uri=uri, state=state, driver_seen_s_ago=seen_ago, trials=trials,
+    return SweepStatus(uri=redact(uri), state=state, driver_seen_s_ago=seen_ago, trials=trials,
                        counts=counts, gpus_per_trial=gpus, gpu_hours=trial_s * gpus / 3600,
                        trial_hours=trial_s / 3600, concurrency=slots, concurrency_from=slots_from,
                        remaining_s=remaining, makespan_s=makespan)

@@ -32,6 +32,7 @@ from distppo.sweep.layout import (
 )
 from distppo.telemetry.faultlog import FaultLog
 from distppo.telemetry.files import is_debris
+from distppo.telemetry.redact import redact
 
 
 class SweepStorage:
@@ -48,10 +49,15 @@ class SweepStorage:
         self.path = posixpath.join(root, name)
 
     @property
-    def uri(self) -> str:
+    def location(self) -> str:
         """The sweep folder as Tune names it (storage URI + name, query string kept last)."""
         base, sep, query = self.storage.partition("?")
         return f"{base.rstrip('/')}/{self.name}{sep}{query}"
+
+    @property
+    def uri(self) -> str:
+        """The sweep folder as printed: `location` with any credentials in it redacted."""
+        return redact(self.location)
 
     def join(self, *parts: str) -> str:
         return posixpath.join(self.path, *parts)

@@ -6,13 +6,13 @@ import importlib.metadata
 import json
 import os
 import platform
-import subprocess
 import time
 
 from distppo.config import TrainConfig
 from distppo.envs.games import episode_limit
 from distppo.errors import ConfigError, UserError
 from distppo.telemetry.files import atomic_write
+from distppo.telemetry.provenance import git_commit, provenance
 
 LIBRARIES = ("torch", "ray", "ale-py", "envpool", "gymnasium", "numpy", "pyarrow")
 
@@ -27,17 +27,6 @@ def versions() -> dict:
     return out
 
 
-def git_commit() -> str | None:
-    """The commit of the distppo source tree, when it is a git checkout."""
-    here = os.path.dirname(os.path.abspath(__file__))
-    try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True,
-                             text=True, timeout=5)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return out.stdout.strip() if out.returncode == 0 else None
-
-
 def default_run_name(cfg: TrainConfig) -> str:
     """CleanRL's run name: <env_id>__<exp_name>__<seed>__<unix time>."""
     return f"{cfg.env.env_id}__{cfg.exp_name}__{cfg.seed}__{int(time.time())}"
@@ -45,6 +34,7 @@ def default_run_name(cfg: TrainConfig) -> str:
 
 def write_config_json(path: str, cfg: TrainConfig, run_id: str) -> None:
     limit = episode_limit(cfg.env.env_id, cfg.env.backend, cfg.env.max_episode_steps)
+    source = provenance()
     record = {
         "run_id": run_id,
         "config": cfg.to_dict(),
@@ -53,7 +43,9 @@ def write_config_json(path: str, cfg: TrainConfig, run_id: str) -> None:
             "agent_steps": limit, "frames": 4 * limit,
             "source": "--max-episode-steps" if cfg.env.max_episode_steps is not None
             else f"{cfg.env.backend} default (docs/semantics.md)"},
-        "git_commit": git_commit(),
+        "git_commit": git_commit(source),
+        # version, checkout or installed copy, commit and uncommitted changes (provenance.py)
+        "distppo": source,
         "versions": versions(),
         "hostname": platform.node(),
         "created_unix": time.time(),

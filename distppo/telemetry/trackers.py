@@ -5,9 +5,13 @@ global_step, one point per finished game, and the config once.
 W&B logs directly (`run.log`) instead of CleanRL's `sync_tensorboard=True`: the same names and
 steps without patching the TensorBoard writer, and nothing is lost when a run ends before W&B's
 event-file watcher caught up. The run ids live in `<run dir>/tracking.json`, so `--resume`
-continues the same W&B and MLflow runs. Sweeps track through Tune's callbacks instead
-(sweep/tracking.py); trials run with these off. The libraries are optional (`pip install
-'distppo[tracking]'`) and imported only when asked for.
+continues the same W&B and MLflow runs, and so does the last step each tracker logged: a resume
+re-runs the iterations since its checkpoint, and their rows go only to the run's own files, not
+to the trackers a second time. W&B's config is flat, CleanRL's `vars(args)`: the flag names as
+keys (and CleanRL's derived batch_size, minibatch_size, num_iterations), so queries written for
+CleanRL's runs (openrlbenchmark) find these too. Sweeps track through Tune's callbacks instead
+(sweep/tracking.py); trials run with these off. The libraries are optional (the `tracking`
+extra) and imported only when asked for.
 """
 from __future__ import annotations
 
@@ -19,11 +23,13 @@ import time
 from typing import Iterable, Mapping, Optional, Protocol
 
 from distppo.config import TrainConfig
-from distppo.errors import ConfigError, UserError
+from distppo.errors import ConfigError, UserError, install_hint
+from distppo.telemetry.files import atomic_write
+from distppo.telemetry.redact import redact
 from distppo.telemetry.tensorboard import TB_SCALARS, flatten
 
 TRACKING_JSON = "tracking.json"
-INSTALL_HINT = "pip install 'distppo[tracking]'"
+INSTALL_HINT = install_hint("tracking")
 
 
 class Tracker(Protocol):
@@ -47,26 +53,66 @@ def make_trackers(cfg: TrainConfig, run_dir: str, run_id: str) -> list[Tracker]:
     if os.path.exists(ids_path):
         with open(ids_path) as f:
             ids = json.load(f)
+    logged = LoggedSteps(ids_path, ids)
     trackers: list[Tracker] = []
     wanted = [(cfg.tracking.track, "wandb_run_id", "--track (W&B)",
                lambda resume: WandbTracker(cfg, run_dir, run_id, resume)),
               (cfg.tracking.mlflow_tracking_uri, "mlflow_run_id",
-               f"--mlflow-tracking-uri {cfg.tracking.mlflow_tracking_uri}",
+               f"--mlflow-tracking-uri {redact(cfg.tracking.mlflow_tracking_uri or '')}",
                lambda resume: MlflowTracker(cfg, run_id, resume))]
     for on, key, what, make in wanted:
         if not on:
             continue
         try:
-            trackers.append(make(ids.get(key)))
+            tracker = make(ids.get(key))
         except Exception as exc:  # not logged in, unreachable server, refused store: user fixes
             close_all(trackers, ok=False)
             text = (str(exc).strip() or type(exc).__name__).splitlines()[0]
             raise UserError(f"{what} could not start: {text}") from None
-        ids[key] = trackers[-1].run_id
+        ids[key] = tracker.run_id
+        trackers.append(SkipLogged(tracker, key, logged))
     if trackers:
-        with open(ids_path, "w") as f:
-            json.dump(ids, f, indent=2)
+        logged.save()
     return trackers
+
+
+class LoggedSteps:
+    """tracking.json: the run ids, and under `logged_step` the last global_step each tracker
+    logged, rewritten (atomically) after every row a tracker takes."""
+
+    def __init__(self, path: str, record: dict):
+        self.path, self.record = path, record
+        self.steps = record.setdefault("logged_step", {})
+
+    def save(self) -> None:
+        atomic_write(self.path, json.dumps(self.record, indent=2).encode())
+
+
+class SkipLogged:
+    """A tracker that takes only rows past the last step it logged: after `--resume`, the rows
+    of the iterations between the checkpoint and the stop are not logged twice."""
+
+    def __init__(self, tracker, key: str, logged: LoggedSteps):
+        self.tracker, self.key, self.logged = tracker, key, logged
+        self.run_id = tracker.run_id
+
+    def log(self, row: Mapping, episodes: Iterable[tuple[float, float]]) -> None:
+        step = int(row["global_step"])
+        if step <= self.logged.steps.get(self.key, -1):
+            return
+        self.tracker.log(row, episodes)
+        self.logged.steps[self.key] = step
+        self.logged.save()
+
+    def close(self, ok: bool) -> None:
+        self.tracker.close(ok)
+
+
+def wandb_config(cfg: TrainConfig) -> dict:
+    """CleanRL's `config=vars(args)`: every flag by its flat name, plus the sizes CleanRL's
+    Args fills in at runtime."""
+    return {**cfg.flat(), "batch_size": cfg.batch_size, "minibatch_size": cfg.minibatch_size,
+            "num_iterations": cfg.num_iterations}
 
 
 def close_all(trackers: list[Tracker], ok: bool) -> None:
@@ -92,8 +138,16 @@ class WandbTracker:
 
         self.run_id = resume_id or secrets.token_hex(4)  # W&B's own ids are 8 characters too
         t = cfg.tracking
+        # save_code, as CleanRL's runs save their script: W&B saves the program of
+        # `python script.py`, none for `distppo` or `python -m distppo`, so it is named here
+        # (the CLI's entry module; config.json's git commit names the rest of the code)
+        entry = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                             "cli", "main.py")
         self.run = wandb.init(project=t.wandb_project_name, entity=t.wandb_entity, name=run_id,
-                              id=self.run_id, resume="allow", dir=run_dir, config=cfg.to_dict())
+                              id=self.run_id, resume="allow", dir=run_dir,
+                              config=wandb_config(cfg), save_code=True,
+                              settings=wandb.Settings(program_relpath="distppo/cli/main.py",
+                                                      program_abspath=entry))
         # CleanRL's charts use global_step as the x-axis (its TensorBoard step).
         self.run.define_metric("global_step")
         self.run.define_metric("*", step_metric="global_step")
