@@ -126,6 +126,12 @@ def test_s3_expiry_is_the_storages_clock_not_the_holders(s3):
     time.sleep(1.0 + CLOCK_GRAIN_S + 1.2)
     lease = sweep_lease.acquire(storage, on_lost=pytest.fail)
     lease.release()
+    # a local lease file copied into the bucket with its sweep: no ttl, so it holds nothing
+    with fs.open_output_stream(key) as f:
+        f.write(json.dumps({"owner": "x", "pid": 1, "host": "laptop", "since": 0}).encode())
+    assert sweep_lease.held(fs, "sweeps-bucket/sweeps/clock") is False
+    lease = sweep_lease.acquire(storage, on_lost=pytest.fail)
+    lease.release()
 
 
 # --- uploads carry the lease's generation -----------------------------------------------------

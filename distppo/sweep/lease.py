@@ -232,7 +232,9 @@ def held(fs, root: str, now: Optional[float] = None) -> Optional[bool]:
             return False
         except OSError:
             return None
-        ttl = ttl_of(holder, LEASE_TTL_S) if "owner" in holder else None
+        ttl = ttl_of(holder, LEASE_TTL_S)
+        if ttl == 0:  # no object lease (an empty body, a local lease file copied here)
+            return False
         if ttl is None or info.mtime is None:
             return None
         return info.mtime.timestamp() + ttl > (time.time() if now is None else now)

@@ -58,8 +58,12 @@ def parse(body: bytes) -> dict:
 
 def ttl_of(holder: dict, default: float) -> Optional[float]:
     """The lease's own ttl (each holder writes the one it renews against); the reader's
-    default for a body without one; None for a ttl that is not a number."""
-    ttl = holder.get("ttl_s", default)
+    default for an object lease of a distppo that wrote only its expiry; 0 for a body that is
+    no object lease (empty, or a local lease file copied to the bucket): it holds nothing;
+    None for a ttl that is not a number."""
+    if "ttl_s" not in holder:
+        return default if "expires" in holder else 0.0
+    ttl = holder["ttl_s"]
     if isinstance(ttl, bool) or not isinstance(ttl, (int, float)):
         return None
     return float(ttl)
@@ -67,6 +71,8 @@ def ttl_of(holder: dict, default: float) -> Optional[float]:
 
 def expired(seen: Seen, default_ttl: float) -> bool:
     ttl = ttl_of(seen.holder, default_ttl)
+    if ttl == 0:  # no object lease at all
+        return True
     return seen.age_s is not None and ttl is not None and seen.age_s > ttl + CLOCK_GRAIN_S
 
 
