@@ -134,6 +134,34 @@ def test_s3_expiry_is_the_storages_clock_not_the_holders(s3):
     lease.release()
 
 
+def test_s3_renewal_whose_answer_was_lost_keeps_the_lease(s3):
+    # The storage wrote a renewal but its answer never came (a timeout): the next renewal's
+    # condition names the old version and fails, yet the lease there is still this driver's.
+    from distppo.sweep.leasestores import S3Store
+    from distppo.sweep.objlease import ObjectLease
+    storage = SweepStorage("s3://sweeps-bucket/sweeps", "lostanswer")
+
+    class LosesOneAnswer(S3Store):
+        lost = 0
+
+        def replace(self, version, body):
+            new = super().replace(version, body)
+            if not self.lost:
+                self.lost += 1
+                raise ConnectionError("read timeout")  # written, but we never hear of it
+            return new
+
+    lost = []
+    store = LosesOneAnswer(storage, storage.join(sweep_lease.LEASE_NAME))
+    ttl = 2 * TTL  # room for five calls to a loaded moto before the deadline
+    lease = ObjectLease(store, storage.uri, sweep_lease._holder(), ttl, False,
+                        lambda holder: UserError("refused"), lost.append)
+    time.sleep(ttl * 1.5)  # the lost answer, then renewals on
+    assert store.lost == 1 and not lost, lost
+    assert sweep_lease.held(s3[0], "sweeps-bucket/sweeps/lostanswer") is True
+    lease.release()
+
+
 # --- uploads carry the lease's generation -----------------------------------------------------
 
 def test_upload_of_a_demoted_driver_is_refused_even_mid_copy(s3, tmp_path):

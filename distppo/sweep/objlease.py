@@ -139,6 +139,8 @@ class ObjectLease:
                 self.version = self._write(self.version)
                 wait, failing = self.ttl_s / 3, False
             except Taken:
+                if self._adopt():
+                    continue
                 self._lose(f"sweep lease {self.uri} was taken by another driver (--force-unlock, "
                            "or this one stalled past its expiry): this driver stops")
                 return
@@ -147,6 +149,18 @@ class ObjectLease:
                     print(f"distppo: sweep lease renewal failed, retrying until it would "
                           f"expire: {first_line(exc)}", file=sys.stderr, flush=True)
                 wait, failing = self.ttl_s / 12, True
+
+    def _adopt(self) -> bool:
+        """Whether the version there is still ours: a renewal whose answer was lost wrote it.
+        Its deadline stays that of the last answered one (when that write was sent is unknown)."""
+        try:
+            seen = self.store.read()
+        except Exception:  # noqa: BLE001 - cannot tell: taken, as the condition said
+            return False
+        if seen is None or seen.holder.get("owner") != self.token:
+            return False
+        self.version = seen.version
+        return True
 
     def _watch(self) -> None:
         while not self._stop.is_set():
