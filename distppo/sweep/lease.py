@@ -73,7 +73,7 @@ def acquire(storage, force: bool = False, on_lost: Optional[Callable[[str], None
         except NoLocks as exc:
             return _no_lease(f": this file system has no file locks ({exc.strerror})",
                              storage.uri)
-    if scheme in ("s3", "gs"):
+    if scheme in ("s3", "gs", "gcs"):  # pyarrow reads gcs:// as gs://
         from distppo.sweep.leasestores import GcsStore, S3Store
         store = (S3Store if scheme == "s3" else GcsStore)(storage, storage.join(LEASE_NAME))
         try:
