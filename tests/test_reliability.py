@@ -370,3 +370,22 @@ def test_second_driver_on_a_running_run_is_refused(tmp_path):
     finally:
         first.kill()
         first.wait(timeout=30)
+
+
+NO_LOCKS = ("import errno, fcntl, os, sys\n"
+            "def no_locks(fd, op):\n"
+            "    raise OSError(errno.ENOLCK, os.strerror(errno.ENOLCK))\n"
+            "fcntl.flock = no_locks\n"
+            "from distppo.cli.main import main\n"
+            "sys.exit(main(sys.argv[1:]))\n")
+
+
+def test_run_on_a_file_system_without_locks_is_one_line_and_leaves_no_folder(tmp_path):
+    # An NFS mounted `nolock` answers flock with ENOLCK. No such mount here, so flock itself
+    # answers it (patched at the boundary: what is under test is RunLock's handling of it).
+    proc = subprocess.run([sys.executable, "-c", NO_LOCKS, *map(str, tiny(tmp_path, "r", 1))],
+                          cwd=REPO, capture_output=True, text=True, timeout=120,
+                          env=dict(os.environ, PYTHONUNBUFFERED="1"))
+    assert_one_line_error(proc, "cannot be locked (No locks available)", "no file locks")
+    assert proc.returncode == 2
+    assert not any(tmp_path.iterdir()), "a new run refused for want of locks leaves no folder"

@@ -23,6 +23,7 @@ from test_sweep import TINY, assert_complete
 
 from distppo.errors import UserError
 from distppo.sweep import lease as sweep_lease
+from distppo.sweep.objlease import CLOCK_GRAIN_S
 from distppo.sweep.storage import SweepStorage
 
 from conftest import REPO, assert_one_line_error, run_cli
@@ -122,19 +123,22 @@ def test_s3_lease_expiry_renewal_force(s3_server, monkeypatch):
     assert not fs.get_file_info(key).is_file
     assert sweep_lease.held(fs, root) is False
     # A driver killed without releasing: its lease blocks until it expires or --force-unlock.
-    with fs.open_output_stream(key) as f:
-        f.write(json.dumps({"pid": 1, "host": "dead", "expires": time.time() + 3600}).encode())
+    def write(**holder):
+        with fs.open_output_stream(key) as f:
+            f.write(json.dumps(dict(owner="dead", pid=1, host="dead", **holder)).encode())
+
+    write(ttl_s=3600)
     assert sweep_lease.held(fs, root) is True  # unexpired: status waits for the expiry
     proc = run_cli("sweep", "--games", "CartPole-v1", "--seeds", "1", *TINY, "--storage",
                    "s3://sweeps-bucket/sweeps", "--name", "lease", timeout=120)
     assert_one_line_error(proc, "being run by another driver", "pid 1 on dead")
     forced = sweep_lease.acquire(storage, force=True)
     forced.release()
-    with fs.open_output_stream(key) as f:
-        f.write(json.dumps({"pid": 1, "host": "dead", "expires": "soon"}).encode())
+    write(ttl_s="soon")
     assert sweep_lease.held(fs, root) is None  # not a lease this version wrote: cannot tell
-    with fs.open_output_stream(key) as f:
-        f.write(json.dumps({"pid": 1, "host": "dead", "expires": time.time() - 1}).encode())
+    write(ttl_s=1.0)
+    # expired by the storage's clock: its write time and its Date, each to the second
+    time.sleep(1.0 + CLOCK_GRAIN_S + 1.2)
     assert sweep_lease.held(fs, root) is False
     expired = sweep_lease.acquire(storage)
     assert expires() > time.time()

@@ -24,7 +24,7 @@ def add_parser(sub) -> None:
                    help="print again every SECONDS until interrupted")
     p.add_argument("--json", action="store_true", help="one JSON object (per look) on stdout")
     p.add_argument("--stale-after", type=float, default=None, metavar="SECONDS",
-                   help="where the sweep's lease cannot tell (gs://, an old or foreign one), the "
+                   help="where the sweep's lease cannot tell (none, an old or foreign one), the "
                         "driver counts as alive while a sweep file changed within this many "
                         "seconds (default: 300; Tune syncs results to object stores every few "
                         "minutes)")

@@ -22,7 +22,8 @@ def add_parser(sub) -> None:
                             "rest resume from their last checkpoint; its stored settings win")
     group.add_argument("--force-unlock", action="store_true", default=False,
                        help="take the sweep's lease from a driver that died without releasing "
-                            "it (S3: before its expiry); never while that driver still runs")
+                            "it (S3, GCS: before its ttl passes); never while that driver still "
+                            "runs (a local lock a live driver holds is never taken)")
     p.set_defaults(handler=run)
 
 

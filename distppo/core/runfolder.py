@@ -99,7 +99,12 @@ def claim(prepared: Prepared) -> RunLock:
                             "or --resume it") from None
         except OSError as exc:
             raise UserError(f"cannot create run folder {run_dir}: {exc.strerror}") from None
-    lock = RunLock(run_dir)
+    try:
+        lock = RunLock(run_dir)
+    except BaseException:
+        if prepared.state is None:  # the folder made a moment ago holds nothing yet
+            discard(prepared.paths)
+        raise
     for folder in (run_dir, checkpoint_dir(run_dir)):
         clean_debris(folder)
     return lock

@@ -268,7 +268,9 @@ def _prepare(cfg: SweepConfig, storage: SweepStorage, force_unlock: bool):
         if created:  # a rejected sweep leaves nothing behind
             storage.fs.delete_dir(created)
         raise
-    trainable = tune.with_parameters(run_trial, sweep=cfg)
+    # The lease's generation travels with every trial: a run copy is committed only while
+    # it is current, so a driver that lost the lease adds none (sweep/lease.py Fence).
+    trainable = tune.with_parameters(run_trial, sweep=cfg, fence=sweep_lease.fence(lease))
     group = tune.PlacementGroupFactory(bundles, strategy=PLACEMENT_STRATEGY)
     return tune.with_resources(trainable, group), lease
 

@@ -3,7 +3,7 @@
 Works on a running, finished or killed sweep, local or on any pyarrow file system (s3://),
 without Ray and without the sweep's driver: it opens files for reading only and never writes.
 Whether the driver is alive it reads from the sweep's lease (sweep/lease.py `held`: a shared
-lock tried and dropped at once, or the S3 lease's expiry), else from how recently its files
+lock tried and dropped at once, or the S3 / GCS lease's ttl), else from how recently its files
 changed.
 
 Per trial it reads (sweep/layout.py):
@@ -50,7 +50,7 @@ STATE_RULES = (
     "stopped: started and unfinished while no driver is alive (interrupted or killed; the "
     "sweep needs --resume), as trials.parquet says of a trial an interrupt stopped",
     "pending: not started yet",
-    "the driver is alive while it holds the sweep's lease (a local folder, S3); where that "
+    "the driver is alive while it holds the sweep's lease (a local folder, S3, GCS); where that "
     "cannot be told, while a sweep file (experiment state, a trial's result.json or run copy, "
     "a lease) changed within --stale-after seconds",
 )
@@ -299,7 +299,7 @@ def _mtimes(fs, root: str) -> dict:
     out = {}
     for info in fs.get_file_info(pafs.FileSelector(root, allow_not_found=True)):
         name = posixpath.basename(info.path)
-        # an S3 lease is rewritten every LEASE_TTL_S / 3 by a live driver
+        # an S3 / GCS lease is rewritten every LEASE_TTL_S / 3 by a live driver
         if info.type == pafs.FileType.File and (name.startswith("experiment_state-")
                                                  or "lease" in name.lower()):
             out[info.path] = info.mtime.timestamp() if info.mtime else None

@@ -139,7 +139,8 @@ class SweepStorage:
         """(path, trial.json) of the newest complete run copy, or None."""
         return next(self.complete_run_copies(trial_id), None)
 
-    def upload_run(self, trial_id: str, iteration: int, run_dir: str, record: dict) -> str:
+    def upload_run(self, trial_id: str, iteration: int, run_dir: str, record: dict,
+                   fence=None) -> str:
         """Copy run_dir to runs/<trial_id>/<iteration>, never deleting before it is whole.
 
         The files go to a hidden folder beside it, trial.json last (the mark of a complete
@@ -149,10 +150,15 @@ class SweepStorage:
         trial.json first, so a reader takes the older complete copy meanwhile, never a copy
         without its checkpoint. Killed writers' temp files and locks are not copied. Then all
         but the newest KEEP_COPIES complete copies are dropped.
+
+        `fence` (lease.Fence): checked before the upload starts and again just before the copy
+        takes its name, so a driver that lost its lease meanwhile adds no copy (LeaseLost).
         """
         parent = self.join(RUNS, trial_id)
         dest = posixpath.join(parent, f"{iteration:06d}")
         staging = posixpath.join(parent, f".{iteration:06d}.{secrets.token_hex(4)}.partial")
+        if fence is not None:
+            fence.check(self)
         self._drop_staging(parent)
         self.fs.create_dir(staging, recursive=True)
         for rel in _run_files(run_dir):
@@ -163,6 +169,12 @@ class SweepStorage:
                 shutil.copyfileobj(src, out, 1 << 20)
         with self.fs.open_output_stream(posixpath.join(staging, TRIAL_JSON)) as f:
             f.write(json.dumps(record, indent=2).encode())
+        if fence is not None:
+            try:
+                fence.check(self)
+            except UserError:
+                self.fs.delete_dir(staging)
+                raise
         if self._exists_path(dest):
             self._delete_if_exists(posixpath.join(dest, TRIAL_JSON))
             self.fs.delete_dir(dest)

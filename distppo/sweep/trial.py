@@ -31,14 +31,16 @@ from distppo.core.runfolder import check_resumable
 from distppo.distributed.factory import make_backend
 from distppo.errors import UserError
 from distppo.sweep.layout import POINTER_JSON
+from distppo.sweep.lease import Fence
 from distppo.sweep.storage import SweepStorage
 from distppo.telemetry.faultlog import OnFault
 
 
-def run_trial(config: dict, sweep: SweepConfig) -> None:
+def run_trial(config: dict, sweep: SweepConfig, fence: Optional[Fence] = None) -> None:
     """Tune's function trainable: one training run, continued from its newest run copy if any.
 
-    config = the grid point {"env_id", "algo", "seed"}; sweep = the sweep's settings.
+    config = the grid point {"env_id", "algo", "seed"}; sweep = the sweep's settings; fence =
+    the generation of the lease its driver holds (None: a sweep without a lease).
     """
     started = time.time()  # CleanRL's runtime clock starts before env and model construction
     cfg = sweep.trial_config(config["env_id"], config["algo"], config["seed"])
@@ -57,7 +59,7 @@ def run_trial(config: dict, sweep: SweepConfig) -> None:
         if record["finished"]:
             return  # a finished trial requeued by a resume whose Tune state predates its end
         record["resumed_from"].append(record["iteration"])
-    reporter = _Reporter(cfg, storage, run_dir, record, started)
+    reporter = _Reporter(cfg, storage, run_dir, record, started, fence)
     train(cfg.replace(output_dir=workdir), reporter.backend_factory,
           resume=run_dir if latest else None, progress=False,
           on_iteration=reporter.on_iteration, fault_log=storage.fault_log(cfg.run_name))
@@ -91,8 +93,9 @@ class _Reporter:
     checkpoint pointing at it."""
 
     def __init__(self, cfg: TrainConfig, storage: SweepStorage, run_dir: str, record: dict,
-                 started: float) -> None:
+                 started: float, fence: Optional[Fence] = None) -> None:
         self.cfg, self.storage, self.run_dir, self.record = cfg, storage, run_dir, record
+        self.fence = fence
         self.started, self.prior_elapsed = started, record["elapsed_s"]
         self.backend = None
 
@@ -114,7 +117,8 @@ class _Reporter:
         record.update(iteration=row["iteration"], elapsed_s=metrics["trial_elapsed_s"],
                       node=platform.node(), finished=row["iteration"] == self.cfg.num_iterations)
         _prune_checkpoints(self.run_dir, keep=ckpt_path)
-        copy = self.storage.upload_run(self.cfg.run_name, row["iteration"], self.run_dir, record)
+        copy = self.storage.upload_run(self.cfg.run_name, row["iteration"], self.run_dir, record,
+                                       fence=self.fence)
         with tempfile.TemporaryDirectory() as tmp:
             with open(os.path.join(tmp, POINTER_JSON), "w") as f:
                 json.dump({"run_copy": copy, "iteration": row["iteration"]}, f)

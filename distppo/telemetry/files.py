@@ -26,6 +26,8 @@ TMP_SUFFIX = ".distppo-tmp"
 # Temp names of distppo 0.1 (fixed names), still found in folders it left behind.
 LEGACY_DEBRIS = ("ckpt_*.pt.tmp", "config.json.tmp", ".metrics.parquet.*.tmp")
 LOCK_NAME = ".distppo.lock"
+# What flock raises on a file system that has no locks (as opposed to a lock that is taken).
+NO_LOCK_ERRNOS = (errno.ENOLCK, errno.ENOSYS, errno.EOPNOTSUPP)
 
 Writer = Callable[[str], None]  # writes the whole file at the path it is given
 
@@ -135,6 +137,15 @@ class RunLock:
             os.close(self.fd)
             raise UserError(f"run folder {run_dir} is in use by another distppo process "
                             f"(pid {holder}): let it finish or stop it first") from None
+        except OSError as exc:
+            # An NFS mounted `nolock` answers ENOLCK, some FUSE and network file systems
+            # EOPNOTSUPP or ENOSYS: without the lock two writers could share the folder.
+            os.close(self.fd)
+            if exc.errno not in NO_LOCK_ERRNOS:
+                raise
+            raise UserError(f"run folder {run_dir} cannot be locked ({exc.strerror}): this file "
+                            "system has no file locks; use an --output-dir on a local disk or "
+                            "one mounted with locks") from None
         os.ftruncate(self.fd, 0)
         os.pwrite(self.fd, str(os.getpid()).encode(), 0)
 
