@@ -24,7 +24,8 @@ A kill that lands on a trial's process as the trial ends anyway (after its last 
 nothing left to count it. `--stop-at-progress F` ends the faults once any trial is past that
 fraction of its iterations (read from the sweep's outputs, at most --outputs-every-s old), so
 every kill lands with most of a trial still to run; `--each-kind` makes the first faults one of
-each kind, in a seeded order, each waiting up to VICTIM_WAIT_S for a process to kill. The short
+each kind, in a seeded order with the driver last, each waiting up to VICTIM_WAIT_S for a
+process to kill (a kind that found none is asked again at the next fault). The short
 run in the test suite uses both, with exact counts. `--deadline-minutes` bounds the whole soak:
 past it the head is stopped and the soak fails.
 
@@ -59,7 +60,7 @@ MARKER = "DISTPPO_CHAOS_SOAK"
 TITLES = {"runner": "ray::EnvRunner", "learner": "ray::Learner", "trial": "ray::ImplicitFunc"}
 KINDS = ("runner", "learner", "trial", "driver")
 WEIGHTS = (4, 2, 2, 1)
-VICTIM_WAIT_S = 30.0  # --each-kind: how long a chosen kind may have no process to kill
+VICTIM_WAIT_S = 60.0  # --each-kind: how long a chosen kind may have no process to kill
 
 
 def sweep_args(args: argparse.Namespace) -> list[str]:
@@ -87,7 +88,10 @@ class Soak:
         self.kills: Counter = Counter()
         self.missed: Counter = Counter()  # faults whose kind had no process to kill
         kinds = [k for k in KINDS if k in args.kinds]
-        self.first = self.rng.sample(kinds, len(kinds)) if args.each_kind else []
+        self.first: list[str] = []  # --each-kind: the first faults' kinds
+        if args.each_kind:  # a seeded order, the driver last (its resume restarts every trial)
+            others = [k for k in kinds if k != "driver"]
+            self.first = self.rng.sample(others, len(others)) + ["driver"] * ("driver" in kinds)
         self.deadline = time.time() + 60 * args.deadline_minutes
         self.driver = None
         self.log = open(Path(args.out) / "driver.log", "a")
@@ -178,6 +182,8 @@ class Soak:
         victims = self.victims(kind)
         if not victims:
             self.missed[kind] += 1
+            if self.args.each_kind and not self.kills[kind]:
+                self.first.insert(0, kind)  # asked again at the next fault
         else:
             victim = self.rng.choice(sorted(victims, key=lambda p: p.pid))
             try:

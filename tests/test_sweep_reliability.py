@@ -265,7 +265,7 @@ def test_chaos_soak_short(tmp_path):
     proc = subprocess.run([sys.executable, "launch/chaos_soak.py", "--minutes", "4",
                            "--seed", "3", "--out", str(tmp_path), "--games", "Pong-v5",
                            "--seeds", "1", "2", "--iterations", "800", "--min-gap", "3",
-                           "--max-gap", "5", "--each-kind", "--stop-at-progress", "0.4",
+                           "--max-gap", "5", "--each-kind", "--stop-at-progress", "0.6",
                            "--finish-minutes", "6", "--deadline-minutes", "9"],
                           cwd=REPO, capture_output=True, text=True, timeout=900)
     log = (tmp_path / "driver.log").read_text()[-3000:] if (tmp_path / "driver.log").exists() \
