@@ -46,7 +46,8 @@ class TrainConfig:
     seed: int = 1
     """base seed; env i of runner r gets a seed derived from (seed, r, i), see seeds.py"""
     torch_deterministic: bool = True
-    """torch.backends.cudnn.deterministic and deterministic algorithms"""
+    """sets torch.backends.cudnn.deterministic to this value in every process that runs torch
+    (the loop's, the learners', the env runners'), as CleanRL's flag does; nothing else"""
     local: bool = False
     """run everything in this process with no Ray at all (breakpoints work)"""
     output_dir: str = "runs"
