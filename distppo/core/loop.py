@@ -94,6 +94,8 @@ def train(cfg: TrainConfig, backend_factory: BackendFactory, resume: Optional[st
 def _start(run: Prepared, backend_factory: BackendFactory, progress: bool,
            fault_log: Optional[FaultLog]) -> "Loop":
     cfg, paths, state = run.cfg, run.paths, run.state
+    if progress:  # the output's first line: which experiment this is
+        print(cfg.experiment(), flush=True)
     if state is None:
         write_config_json(paths.config_json, cfg, paths.run_id)
     seed_everything(cfg.seed)
