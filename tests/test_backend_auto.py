@@ -103,7 +103,8 @@ def test_plan_takes_each_games_reference_script():
 
 def test_cli_help_and_first_line_name_the_experiment(tmp_path):
     help_text = " ".join(run_cli("train", "--help", timeout=60).stdout.split())
-    assert "(default: Breakout-v5)" in help_text and "config.json records the one picked) | envpool" in help_text
+    assert "(default: Breakout-v5)" in help_text
+    assert "config.json records the one picked) | envpool" in help_text
     assert ("sets torch.backends.cudnn.deterministic to this value in every process that runs "
             "torch") in help_text
     proc = run_cli("train", "--local", "--env-id", "BreakoutNoFrameskip-v4", "--num-envs", "2",

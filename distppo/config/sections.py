@@ -43,8 +43,9 @@ class EnvConfig:
     backend: str = AUTO
     """vector env implementation: auto (the experiment the id names: a NoFrameskip-v4 id runs
     CleanRL's ppo_atari.py on gym, a -v5 id ppo_atari_envpool.py on envpool, a vector-obs id
-    gym; config.json records the one picked) | envpool (EnvPool, Linux) | gym (gymnasium + ale-py, SB3's Atari
-    wrappers in Python, CleanRL's ppo_atari.py) | ale (ale-py's C++ vector env)"""
+    gym; config.json records the one picked) | envpool (EnvPool, Linux) | gym (gymnasium +
+    ale-py, SB3's Atari wrappers in Python, CleanRL's ppo_atari.py) | ale (ale-py's C++ vector
+    env)"""
     num_envs: int = 8
     """total number of parallel environments (summed over all env runners)"""
     capture_video: bool = False
