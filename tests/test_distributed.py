@@ -28,6 +28,25 @@ def cfg_for(tmp_path, **flat):
     return TrainConfig().replace(**{**base, **SMALL, **flat})
 
 
+@pytest.mark.parametrize("flag", [True, False])
+def test_torch_deterministic_reaches_every_actor(ray_cluster, tmp_path, flag):
+    """--torch-deterministic sets cudnn.deterministic in the learner and runner processes
+    themselves (each reads its own), both ways, whatever this process has."""
+    from distppo.distributed.backend import RayBackend
+    torch.backends.cudnn.deterministic = not flag  # the driver's own says nothing about theirs
+    try:
+        backend = RayBackend(cfg_for(tmp_path, num_env_runners=2, torch_deterministic=flag))
+        try:
+            actors = backend.runners + backend.learners
+            said = ray.get([a.cudnn_deterministic.remote() for a in actors])
+            pids = ray.get([a.pid.remote() for a in actors])
+        finally:
+            backend.close()
+    finally:
+        torch.backends.cudnn.deterministic = False
+    assert said == [flag] * 3 and os.getpid() not in pids and len(set(pids)) == 3
+
+
 def test_data_parallel_learners_stay_bit_identical(ray_cluster, tmp_path):
     from distppo.distributed.backend import RayBackend
     cfg = cfg_for(tmp_path, num_env_runners=2, num_learners=2)

@@ -39,6 +39,65 @@ def test_backends_agree_on_shapes_and_actions(game):
         assert found == {((frame_stack, 84, 84), 4 if game == "Breakout-v5" else 6)}
 
 
+@pytest.mark.slow
+def test_every_game_builds_and_steps_on_every_backend():
+    """All 57 games x 3 backends, both id forms: one env each, a few random steps; the
+    backends agree on each game's minimal action set."""
+    rng = np.random.default_rng(0)
+    for v5 in ATARI_57:
+        actions = set()
+        for backend, env_id in zip(BACKENDS, (to_gym(v5), v5, v5)):
+            venv = _make(env_id, backend, num_envs=1, frame_stack=1)
+            try:
+                assert venv.reset().shape == (1, 1, 84, 84), (v5, backend)
+                for _ in range(3):
+                    step = venv.step(rng.integers(venv.num_actions, size=1))
+                    assert step.obs.shape == (1, 1, 84, 84), (v5, backend)
+                actions.add(venv.num_actions)
+            finally:
+                venv.close()
+        assert len(actions) == 1, (v5, actions)
+
+
+def test_gym_builds_a_v4_id_ale_py_lacks_as_the_v4_id():
+    """ale-py 0.12 registers no SurroundNoFrameskip-v4; the gym backend builds the game from
+    ALE/Surround-v5 with the v4 kwargs. Equal to a v4 registration made the way ale-py makes
+    the others (Breakout's spec with the ROM swapped): spec fields, actions and frames."""
+    import ale_py
+    import gymnasium as gym
+
+    from distppo.envs.atari_gym import v4_or_v5_id
+    gym.register_envs(ale_py)
+    assert "SurroundNoFrameskip-v4" not in gym.registry  # else this test tests nothing
+    assert v4_or_v5_id("SurroundNoFrameskip-v4") == "ALE/Surround-v5"
+    assert v4_or_v5_id("BreakoutNoFrameskip-v4") == "BreakoutNoFrameskip-v4"
+    v4 = gym.registry["BreakoutNoFrameskip-v4"]
+    kwargs = dict(frameskip=1, repeat_action_probability=0.0, full_action_space=False,
+                  max_num_frames_per_episode=108_000)
+    assert {k: v for k, v in v4.kwargs.items() if k != "game"} == kwargs
+    ours = gym.make("ALE/Surround-v5", **kwargs)
+    gym.register("TestSurroundNoFrameskip-v4", entry_point=v4.entry_point,
+                 kwargs=dict(v4.kwargs, game="surround"), max_episode_steps=v4.max_episode_steps,
+                 nondeterministic=v4.nondeterministic, order_enforce=v4.order_enforce)
+    try:
+        ref = gym.make("TestSurroundNoFrameskip-v4")
+        for field in ("max_episode_steps", "nondeterministic", "order_enforce",
+                      "disable_env_checker", "additional_wrappers"):
+            assert getattr(ours.spec, field) == getattr(ref.spec, field), field
+        assert ours.unwrapped.get_action_meanings() == ref.unwrapped.get_action_meanings()
+        rng = np.random.default_rng(0)
+        for a, b in zip(ours.reset(seed=5), ref.reset(seed=5)):
+            assert np.array_equal(a, b) if isinstance(a, np.ndarray) else a == b
+        for _ in range(200):
+            action = int(rng.integers(ours.action_space.n))
+            got, want = ours.step(action), ref.step(action)
+            assert np.array_equal(got[0], want[0]) and got[1:4] == want[1:4]
+        ours.close()
+        ref.close()
+    finally:
+        del gym.registry["TestSurroundNoFrameskip-v4"]
+
+
 def test_id_forms_map_on_both_backends():
     assert len(ATARI_57) == len(set(ATARI_57)) == 57
     for v5 in ATARI_57:

@@ -361,7 +361,8 @@ def test_local_run_says_and_records_its_threads(tmp_path):
     proc = run_cli("train", "--local", *SMALL, "--output-dir", tmp_path, "--run-name", "l",
                    timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    first = proc.stdout.splitlines()[0]
+    said, first = proc.stdout.splitlines()[:2]  # the experiment first, then where it runs
+    assert said == "experiment: CleanRL's ppo.py: CartPole-v1, ppo on gym (gymnasium)", said
     assert first.startswith("local: ") and f"{cores()} torch thread(s)" in first, first
     placement, rows = _placement(tmp_path, "l")
     assert placement["learner_threads"] == cores() and placement["learner_device"] == "cpu"

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-from distppo.envs.games import BACKENDS, NO_ALE_VIDEO, resolve_env_id
+from distppo.envs.games import AUTO, BACKENDS, NO_ALE_VIDEO, auto_backend, resolve_env_id
 from distppo.envs.video import check_encoder
 from distppo.errors import ConfigError
 
@@ -38,12 +38,15 @@ def auto_or_positive(obj, name: str) -> None:
 
 @dataclass(frozen=True)
 class EnvConfig:
-    env_id: str = "BreakoutNoFrameskip-v4"
-    """game id: `Breakout-v5` or `BreakoutNoFrameskip-v4` (either backend maps it), or a
+    env_id: str = "Breakout-v5"
+    """game id: `Breakout-v5` or `BreakoutNoFrameskip-v4` (any backend maps either), or a
     gymnasium vector-obs id such as CartPole-v1"""
-    backend: str = "envpool"
-    """vector env implementation: envpool (EnvPool, Linux) | gym (gymnasium + ale-py, DeepMind
-    wrappers in Python, CleanRL's ppo_atari.py) | ale (ale-py's C++ vector env)"""
+    backend: str = AUTO
+    """vector env implementation: auto (the experiment the id names: a NoFrameskip-v4 id runs
+    CleanRL's ppo_atari.py on gym, a -v5 id ppo_atari_envpool.py on envpool, a vector-obs id
+    gym; config.json records the one picked) | envpool (EnvPool, Linux) | gym (gymnasium +
+    ale-py, SB3's Atari wrappers in Python, CleanRL's ppo_atari.py) | ale (ale-py's C++ vector
+    env)"""
     num_envs: int = 8
     """total number of parallel environments (summed over all env runners)"""
     capture_video: bool = False
@@ -53,9 +56,24 @@ class EnvConfig:
     Default: the reference script's, envpool 108,000 (EnvPool 0.6.6, ppo_atari_envpool's
     benchmark), gym 27,000 = the v4 ids' 108,000 frames (docs/semantics.md)"""
 
+    def __post_init__(self) -> None:
+        # `auto` is resolved here, once, so every reader of a config sees a backend of
+        # BACKENDS (config.json records it). What was asked is kept beside it, outside the
+        # fields: TrainConfig.replace resolves `auto` again for another env id.
+        object.__setattr__(self, "_asked_backend", self.backend)
+        if self.backend == AUTO:
+            object.__setattr__(self, "backend", auto_backend(self.env_id))
+
+    @property
+    def asked_backend(self) -> str:
+        """The backend asked for: `auto` or one of BACKENDS (a config unpickled from before
+        `auto` existed: its backend, which was explicit)."""
+        return self.__dict__.get("_asked_backend", self.backend)
+
     def validate(self) -> None:
         if self.backend not in BACKENDS:
-            raise ConfigError(f"unknown backend {self.backend!r}: use one of {', '.join(BACKENDS)}")
+            raise ConfigError(f"unknown backend {self.backend!r}: use auto or one of "
+                              f"{', '.join(BACKENDS)}")
         positive(self, "num_envs")
         resolved = resolve_env_id(self.env_id, self.backend)  # unknown or incompatible ids
         if self.max_episode_steps is not None:

@@ -5,9 +5,10 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
+from distppo.config.experiment import sweep_line
 from distppo.config.sections import flag_name
 from distppo.config.train import TrainConfig
-from distppo.envs.games import resolve_env_id
+from distppo.envs.games import resolve_backend, resolve_env_id
 from distppo.errors import ConfigError
 
 
@@ -16,7 +17,8 @@ class SweepConfig:
     """A grid of training runs (games x algos x seeds), one Ray Tune trial each (sweep.py)."""
     train: TrainConfig = field(default_factory=TrainConfig)
     """settings every trial shares (backend, total_timesteps, sizes, runner/learner resources,
-    checkpoint_every, local); env_id, algo and seed come from the grid"""
+    checkpoint_every, local); env_id, algo and seed come from the grid. A backend asked as
+    auto is resolved per game (backend_of)"""
     games: tuple[str, ...] = ()
     """env ids, already expanded (sweep.expand_games turns `atari57` or a file into ids)"""
     seeds: tuple[int, ...] = (1, 2, 3)
@@ -50,7 +52,7 @@ class SweepConfig:
             if len(set(values)) != len(values):
                 raise ConfigError(f"{flag} lists a value twice: {' '.join(map(str, values))}")
         for env_id in self.games:
-            resolve_env_id(env_id, self.train.env.backend)
+            resolve_env_id(env_id, self.backend_of(env_id))
         for algo in self.algos:
             self.trial_config(self.games[0], algo, self.seeds[0])  # e.g. ppo_lstm divisibility
         if not self.name or "/" in self.name or self.name in (".", ".."):
@@ -72,8 +74,23 @@ class SweepConfig:
                                   run_name=trial_id(env_id, algo, seed), track=False,
                                   mlflow_tracking_uri=None)
 
+    def backend_of(self, env_id: str) -> str:
+        """The backend a game's trials run on: the one asked, `auto` resolved for its id."""
+        return resolve_backend(env_id, self.train.env.asked_backend)
+
+    def backends(self) -> tuple[str, ...]:
+        """The backends the sweep's trials run on, in the order of its games."""
+        return tuple(dict.fromkeys(self.backend_of(g) for g in self.games))
+
+    def experiments(self) -> str:
+        """The first line `distppo sweep` and `plan` print (config/experiment.py)."""
+        return sweep_line(self.games, self.algos, self.backend_of, self.train.env.asked_backend)
+
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        d = dataclasses.asdict(self)
+        # what was asked: `auto` is resolved per trial (config.json of each run records it)
+        d["train"]["env"]["backend"] = self.train.env.asked_backend
+        return d
 
     @staticmethod
     def from_dict(d: dict) -> "SweepConfig":

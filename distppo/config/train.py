@@ -11,6 +11,7 @@ import inspect
 from dataclasses import dataclass, field
 from typing import Optional
 
+from distppo.config.experiment import experiment_line
 from distppo.config.sections import (
     MAX_SEED,
     EnvConfig,
@@ -46,7 +47,8 @@ class TrainConfig:
     seed: int = 1
     """base seed; env i of runner r gets a seed derived from (seed, r, i), see seeds.py"""
     torch_deterministic: bool = True
-    """torch.backends.cudnn.deterministic and deterministic algorithms"""
+    """sets torch.backends.cudnn.deterministic to this value in every process that runs torch
+    (the loop's, the learners', the env runners'), as CleanRL's flag does; nothing else"""
     local: bool = False
     """run everything in this process with no Ray at all (breakpoints work)"""
     output_dir: str = "runs"
@@ -132,6 +134,11 @@ class TrainConfig:
         count must be resolved (a number: resources.resolve_runners)."""
         return self.env.num_envs // self.runner.num_env_runners
 
+    def experiment(self) -> str:
+        """The first line a run prints: which CleanRL experiment it is (config/experiment.py)."""
+        return experiment_line(self.env.env_id, self.ppo.algo, self.env.backend,
+                               self.env.asked_backend)
+
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
 
@@ -144,7 +151,8 @@ class TrainConfig:
         """A copy with flat field names (as on the command line) replaced, validated.
 
         `envs_per_runner` sets num_envs = num_env_runners * envs_per_runner, so either way of
-        sizing the envs gives a consistent config.
+        sizing the envs gives a consistent config. A backend asked as `auto` is resolved again
+        for the new env id; an explicit one (a stored run's) stays.
         """
         per_runner = flat.get("envs_per_runner")
         if per_runner is not None and "num_envs" not in flat:
@@ -163,6 +171,8 @@ class TrainConfig:
                 top[key] = value
             else:
                 nested.setdefault(owner, {})[key] = value
+        if "env" in nested:  # a backend asked as auto follows a new env id
+            nested["env"].setdefault("backend", self.env.asked_backend)
         for owner, kw in nested.items():
             top[owner] = dataclasses.replace(getattr(self, owner), **kw)
         return dataclasses.replace(self, **top)

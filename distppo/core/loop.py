@@ -28,7 +28,7 @@ from distppo.core.checkpoint import (
 )
 from distppo.core.rollout import RolloutMeta
 from distppo.core.runfolder import Prepared, RunPaths, claim, discard, prepare_run
-from distppo.core.seeds import seed_everything
+from distppo.core.seeds import seed_everything, set_torch_deterministic
 from distppo.core.threads import cores, local_threads
 from distppo.errors import LearnerFailure, StorageError, mark_resumable
 from distppo.telemetry.faultlog import FaultCounter, FaultLog, OnFault
@@ -94,13 +94,15 @@ def train(cfg: TrainConfig, backend_factory: BackendFactory, resume: Optional[st
 def _start(run: Prepared, backend_factory: BackendFactory, progress: bool,
            fault_log: Optional[FaultLog]) -> "Loop":
     cfg, paths, state = run.cfg, run.paths, run.state
+    if progress:  # the output's first line: which experiment this is
+        print(cfg.experiment(), flush=True)
     if state is None:
         write_config_json(paths.config_json, cfg, paths.run_id)
     seed_everything(cfg.seed)
     # local: this process does all the work; Ray: the actors set their own (resources.py)
     torch.set_num_threads(local_threads(cfg, cores()).learner if cfg.local else
                           1 if cfg.runner.num_threads == "auto" else cfg.runner.num_threads)
-    torch.backends.cudnn.deterministic = cfg.torch_deterministic
+    set_torch_deterministic(cfg.torch_deterministic)
     # Trackers first: a W&B or MLflow error stops the run before any env or actor exists
     # (train() then removes the new run's folder).
     trackers = make_trackers(cfg, paths.run_dir, paths.run_id)

@@ -82,7 +82,7 @@ def prepare_run(cfg: TrainConfig, resume: Optional[str] = None,
         raise UserError("--device cuda requires a GPU but no CUDA device is visible: use "
                         "--device auto (CUDA when available) or --device cpu")
     check_trackers(prepared.cfg)
-    check_backend_installed(prepared.cfg.env.backend)
+    check_backend_installed(prepared.cfg.env.backend, prepared.cfg.env.asked_backend)
     return prepared
 
 

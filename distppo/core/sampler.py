@@ -14,7 +14,7 @@ from distppo.config import TrainConfig
 from distppo.core.models import make_agent
 from distppo.core.policy import PolicyState, policy_step, policy_value
 from distppo.core.rollout import RolloutBatch, RolloutMeta
-from distppo.core.seeds import env_seed
+from distppo.core.seeds import env_seed, set_torch_deterministic
 from distppo.envs.factory import frame_stack, make_vector_env
 
 
@@ -133,6 +133,7 @@ def make_sampler(cfg: TrainConfig, runner_index: int, video_dir: str | None = No
     after its process died, its incarnation) and a policy copy on --runner-device."""
     seed = env_seed(cfg.seed, runner_index, cfg.runner_num_envs, cfg.runner.num_env_runners,
                     incarnation)
+    set_torch_deterministic(cfg.torch_deterministic)  # this process's (a Ray env runner's)
     # EnvPool's and ale-py's C++ worker threads: as many as this process's torch threads, the
     # CPUs it owns (resources.py), so with --overlap stepping stays off the learner's cores.
     vec_env = make_vector_env(cfg.env.env_id, cfg.env.backend, cfg.runner_num_envs, seed,

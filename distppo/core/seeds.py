@@ -23,6 +23,13 @@ def env_seed(base_seed: int, runner_index: int, envs_per_runner: int, num_runner
     return base_seed + (incarnation * num_runners + runner_index) * envs_per_runner
 
 
+def set_torch_deterministic(on: bool) -> None:
+    """CleanRL's --torch-deterministic, all of it: `torch.backends.cudnn.deterministic = on`.
+    A process flag: every process that runs the model sets it for itself (the loop's, each
+    learner's and env runner's)."""
+    torch.backends.cudnn.deterministic = on
+
+
 def seed_everything(seed: int) -> None:
     """Seed python's random, numpy's global generator and torch (CPU and all GPUs)."""
     random.seed(seed)

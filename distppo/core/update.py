@@ -31,6 +31,7 @@ from distppo.core.ppo import (
     ppo_loss,
 )
 from distppo.core.rollout import RolloutBatch
+from distppo.core.seeds import set_torch_deterministic
 from distppo.core.shards import ShardPool
 from distppo.core.threads import shard_plan
 from distppo.errors import ConfigError
@@ -262,6 +263,7 @@ class PPOLearner:
         if cfg.learner.amp != "off" and self.device.type != "cuda":
             raise ConfigError(f"--amp {cfg.learner.amp} needs the learner on a GPU and it runs "
                               f"on {self.device}: drop --amp")
+        set_torch_deterministic(cfg.torch_deterministic)  # this process's (a Ray learner's)
         torch.manual_seed(seed)  # same seed on every learner: identical initial weights
         self.agent = make_agent(cfg.ppo.algo, obs_shape, num_actions,
                                 cfg.learner.channels_last,

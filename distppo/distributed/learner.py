@@ -110,6 +110,10 @@ class Learner:
     def pid(self) -> int:
         return os.getpid()
 
+    def cudnn_deterministic(self) -> bool:
+        """This process's flag, which --torch-deterministic sets (core/seeds.py)."""
+        return torch.backends.cudnn.deterministic
+
 
 def check_gpu(cfg: TrainConfig) -> None:
     """Ray granted this learner a GPU but torch cannot use one: one line, not a CPU run that

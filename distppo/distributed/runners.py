@@ -62,6 +62,10 @@ class EnvRunner:
     def pid(self) -> int:
         return os.getpid()
 
+    def cudnn_deterministic(self) -> bool:
+        """This process's flag, which --torch-deterministic sets (core/seeds.py)."""
+        return torch.backends.cudnn.deterministic
+
     def seed(self) -> tuple[int, int]:
         """(incarnation, seed of its first env): which envs this process built."""
         return self.incarnation, self.sampler.seed

@@ -13,6 +13,7 @@ import cv2
 import gymnasium as gym
 import numpy as np
 
+from distppo.envs.games import to_v5
 from distppo.envs.types import GameStats
 
 FRAME_SKIP = 4   # emulator frames per agent step (MaxAndSkipEnv)
@@ -35,7 +36,9 @@ def make_atari_gym_env(gym_id: str, frame_stack: int, max_episode_steps: int = 2
     )
 
     gym.register_envs(ale_py)  # gymnasium 1.x no longer finds ale-py's ids by itself
-    env = gym.make(gym_id, frameskip=1, repeat_action_probability=0.0,
+    # The kwargs are every one a NoFrameskip-v4 id registers (ale_py/registration.py), so the
+    # env is the v4 one whichever registered id of the ROM builds it (v4_or_v5_id).
+    env = gym.make(v4_or_v5_id(gym_id), frameskip=1, repeat_action_probability=0.0,
                    full_action_space=False,
                    max_num_frames_per_episode=FRAME_SKIP * max_episode_steps,
                    render_mode="rgb_array" if render else None)
@@ -51,6 +54,16 @@ def make_atari_gym_env(gym_id: str, frame_stack: int, max_episode_steps: int = 2
     env = gym.wrappers.TransformObservation(env, grey, gym.spaces.Box(0, 255, (84, 84), np.uint8))
     env = gym.wrappers.FrameStackObservation(env, frame_stack)  # [84, 84] -> [k, 84, 84]
     return env, stats
+
+
+def v4_or_v5_id(gym_id: str) -> str:
+    """The NoFrameskip-v4 id where ale-py registers it, else the `ALE/<Game>-v5` id of the same
+    ROM (ale-py 0.12 registers v4 ids for its legacy game list only, which lacks one of the 57
+    games). The two specs differ in their kwargs alone, which make_atari_gym_env sets; neither
+    has a TimeLimit (max_episode_steps None)."""
+    if gym_id in gym.registry:
+        return gym_id
+    return f"ALE/{to_v5(gym_id)}"
 
 
 def grey(observation: np.ndarray) -> np.ndarray:

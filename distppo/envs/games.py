@@ -3,7 +3,8 @@
 Atari games have two id forms that mean the same emulator set-up:
 `Breakout-v5` (EnvPool) and `BreakoutNoFrameskip-v4` (gymnasium + ale-py, CleanRL's gym
 scripts). Either form works with any backend; `resolve_env_id` maps it to the id the chosen
-backend constructs (ale-py's vector env takes `ALE/Breakout-v5`). Vector-observation
+backend constructs (ale-py's vector env takes `ALE/Breakout-v5`). Backend `auto` picks the
+backend of the CleanRL script that uses the form (`auto_backend`). Vector-observation
 ("classic") ids run the MLP path on the gym backend.
 """
 from __future__ import annotations
@@ -23,6 +24,9 @@ from distppo.errors import ConfigError, install_hint
 # Vector env implementations (envs/factory.py builds them): EnvPool, gymnasium + ale-py with
 # the DeepMind wrappers in Python, ale-py's own C++ vector env.
 BACKENDS = ("envpool", "gym", "ale")
+# The backend a config may ask for: one of BACKENDS, or AUTO, which picks the one of the
+# experiment the env id names (auto_backend) when the config is built.
+AUTO = "auto"
 
 NO_ALE_VIDEO = ("videos need --backend envpool or gym: ale-py's vector env renders no frames; "
                 "drop --capture-video / --video")
@@ -30,14 +34,16 @@ NO_ALE_VIDEO = ("videos need --backend envpool or gym: ale-py's vector env rende
 BACKEND_MODULES = {"envpool": "envpool", "ale": "ale_py"}
 
 
-def check_backend_installed(backend: str) -> None:
-    """Before a run starts: the backend's emulator package is importable (a one-line fix)."""
+def check_backend_installed(backend: str, asked: str = "") -> None:
+    """Before a run starts: the backend's emulator package is importable (a one-line fix).
+    `asked`: the --backend given, when it differs (auto), so the line says where it came from."""
     module = BACKEND_MODULES.get(backend)
     if module and importlib.util.find_spec(module) is None:
-        hint = ("EnvPool publishes wheels for Linux only: use --backend ale (ale-py's C++ "
+        hint = ("EnvPool publishes wheels for Linux only: pass --backend ale (ale-py's C++ "
                 "vector env) or gym" if module == "envpool" else install_hint("train"))
-        raise ConfigError(f"--backend {backend} needs the {module} package, which is not "
-                          f"installed: {hint}")
+        which = (f"--backend {asked} picked {backend}, which" if asked and asked != backend
+                 else f"--backend {backend}")
+        raise ConfigError(f"{which} needs the {module} package, which is not installed: {hint}")
 
 
 # Our own POMDP: CartPole-v1 without the two velocity entries (see classic.py).
@@ -74,6 +80,22 @@ def to_v5(env_id: str) -> str:
 def to_gym(env_id: str) -> str:
     """`Breakout-v5` or `BreakoutNoFrameskip-v4` -> `BreakoutNoFrameskip-v4`."""
     return _V5_TO_GYM[to_v5(env_id)]
+
+
+def auto_backend(env_id: str) -> str:
+    """The backend of the CleanRL experiment an id names: a `*NoFrameskip-v4` id is
+    ppo_atari.py's (gymnasium + ale-py, SB3's Atari wrappers: gym), a `-v5` id
+    ppo_atari_envpool.py's (envpool), a vector-observation id ppo.py's (gym)."""
+    if env_id in _V5_TO_GYM:
+        return "envpool"
+    if env_id in _GYM_TO_V5 or env_id in classic_ids():
+        return "gym"
+    raise _unknown(env_id)
+
+
+def resolve_backend(env_id: str, backend: str) -> str:
+    """`backend`, with AUTO replaced by auto_backend(env_id); an explicit one wins."""
+    return auto_backend(env_id) if backend == AUTO else backend
 
 
 @dataclass(frozen=True)

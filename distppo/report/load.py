@@ -66,7 +66,7 @@ class Sweep:
     @property
     def sections(self) -> list[tuple[str, str]]:
         """(algo, backend) pairs: those asked for, then any others seen, first-seen order."""
-        asked = ([(a, self.spec.train.env.backend) for a in self.spec.algos]
+        asked = ([(a, b) for a in self.spec.algos for b in self.spec.backends()]
                  if self.spec else [])
         seen = list(zip(self.runs["algo"], self.runs["backend"]))
         if "backend" in self.iterations:  # trials still running have iteration rows only

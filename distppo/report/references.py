@@ -225,10 +225,11 @@ def reference_minutes(sweep: SweepConfig) -> tuple[list, str]:
     mean of the games it lists; scaled to the sweep's steps. `distppo plan` without a
     measurement."""
     steps = sweep.train.ppo.total_timesteps
-    backend = sweep.train.env.backend
     table = runtimes()
-    per_algo, notes = {}, []
-    for algo in sweep.algos:
+    per_pair, notes = {}, []
+    # a sweep's trials of one algo may run on two backends (auto: per game id)
+    pairs = dict.fromkeys((algo, sweep.backend_of(g)) for algo in sweep.algos for g in sweep.games)
+    for algo, backend in pairs:
         name = MATCHING_SCRIPT.get((algo, backend))
         rows = table[table["algo"] == name]
         if rows.empty:
@@ -236,13 +237,14 @@ def reference_minutes(sweep: SweepConfig) -> tuple[list, str]:
                             f"{backend}: pass --from-sweep DIR or --from-bench FILE")
         known = dict(zip(rows["game"], rows["minutes"]))
         mean = float(rows["minutes"].mean())
-        per_algo[algo] = (known, mean)
-        hits = sum(game_key(g) in known for g in sweep.games)
-        notes.append(f"{algo}: {name} ({hits} of {len(sweep.games)} games listed, the rest at "
-                     f"their mean {mean:.1f} min)")
+        per_pair[algo, backend] = (known, mean)
+        games = [g for g in sweep.games if sweep.backend_of(g) == backend]
+        hits = sum(game_key(g) in known for g in games)
+        notes.append(f"{algo} on {backend}: {name} ({hits} of {len(games)} games listed, the "
+                     f"rest at their mean {mean:.1f} min)")
     minutes = []
     for env_id, algo, _ in sweep.grid():
-        known, mean = per_algo[algo]
+        known, mean = per_pair[algo, sweep.backend_of(env_id)]
         base = float(known.get(game_key(env_id), mean))
         minutes.append(base * steps / REFERENCE_STEPS)
     return minutes, (

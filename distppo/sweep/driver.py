@@ -252,8 +252,10 @@ def resume_sweep(storage_uri: str, name: str, force_unlock: bool = False) -> Swe
 def _prepare(cfg: SweepConfig, storage: SweepStorage, force_unlock: bool):
     """Checks that need the cluster or the storage, the sweep's lease (one driver per sweep,
     sweep/lease.py), then the trainable with its resources."""
+    print(cfg.experiments(), flush=True)
     check_trackers(cfg.train)
-    check_backend_installed(cfg.train.env.backend)
+    for backend in cfg.backends():
+        check_backend_installed(backend, cfg.train.env.asked_backend)
     created = storage.first_missing()
     storage.probe_write()  # before Ray starts: a bad URI fails in a second, not after a minute
     # Refused: the folder is the other driver's, even if it appeared since first_missing().

@@ -87,7 +87,7 @@ class TrialFiles:
         """One trials.parquet row (TRIAL_SCHEMA)."""
         train = self.sweep.train
         row = {"trial_id": self.trial_id, "env_id": self.env_id, "algo": self.algo,
-               "backend": train.env.backend, "seed": self.seed,
+               "backend": self.sweep.backend_of(self.env_id), "seed": self.seed,
                "total_timesteps": train.ppo.total_timesteps, "status": self.status,
                # None = no value yet: a Parquet null (telemetry/schema.py)
                "global_step": 0, "wall_clock_minutes": None, "sps_mean": None,

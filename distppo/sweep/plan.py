@@ -182,15 +182,15 @@ def make_plan(sweep: SweepConfig, cluster: Cluster, rates: Optional[Rates],
                               "no storage or egress"))
     else:
         figures.append(Figure("cost", None, "$", "no --price-per-node-hour given"))
-    return {"measured": rates is not None, "slots": slots, "trials_per_node": per_node,
-            "trial_minutes": minutes, "makespan_s": makespan_h * 3600,
+    return {"experiments": sweep.experiments(), "measured": rates is not None, "slots": slots,
+            "trials_per_node": per_node, "trial_minutes": minutes, "makespan_s": makespan_h * 3600,
             "figures": [asdict(f) for f in figures]}
 
 
 def format_plan(plan: dict) -> str:
-    lines = [] if plan["measured"] else [
+    lines = [plan["experiments"]] + ([] if plan["measured"] else [
         "no measurement given (--from-sweep / --from-bench): using CleanRL's reference "
-        "runtimes, labelled below"]
+        "runtimes, labelled below"])
     for f in plan["figures"]:
         value = "-" if f["value"] is None else (
             f"{f['value']:,.0f}" if f["unit"] in ("trials",) else f"{f['value']:,.2f}")
