@@ -29,8 +29,8 @@ from distppo.core.checkpoint import (
 from distppo.core.rollout import RolloutMeta
 from distppo.core.runfolder import Prepared, RunPaths, claim, discard, prepare_run
 from distppo.core.seeds import seed_everything
-from distppo.core.threads import cores, local_threads
 from distppo.errors import LearnerFailure, StorageError, mark_resumable
+from distppo.placement.resolve import Placement
 from distppo.telemetry.faultlog import FaultCounter, FaultLog, OnFault
 from distppo.telemetry.files import storage_errors
 from distppo.telemetry.parquet import ParquetSink
@@ -96,10 +96,7 @@ def _start(run: Prepared, backend_factory: BackendFactory, progress: bool,
     cfg, paths, state = run.cfg, run.paths, run.state
     if state is None:
         write_config_json(paths.config_json, cfg, paths.run_id)
-    seed_everything(cfg.seed)
-    # local: this process does all the work; Ray: the actors set their own (resources.py)
-    torch.set_num_threads(local_threads(cfg, cores()).learner if cfg.local else
-                          1 if cfg.runner.num_threads == "auto" else cfg.runner.num_threads)
+    seed_everything(cfg.seed)  # this process's threads: its backend's placement sets them
     torch.backends.cudnn.deterministic = cfg.torch_deterministic
     # Trackers first: a W&B or MLflow error stops the run before any env or actor exists
     # (train() then removes the new run's folder).
@@ -140,7 +137,10 @@ class Loop:
     def __init__(self, cfg: TrainConfig, paths: RunPaths, backend: Backend,
                  state: Optional[dict], progress: bool, trackers: Sequence[Tracker],
                  counter: FaultCounter, logged: Counter):
-        self.cfg, self.paths, self.backend = cfg, paths, backend
+        self.paths, self.backend = paths, backend
+        # the config that runs: every auto a number (placement/resolve.py), recorded once
+        self.placement: Placement = backend.placement
+        self.cfg = cfg = self.placement.config
         self.info: BackendInfo = backend.describe()
         if progress:
             print(self.info.summary(), flush=True)
