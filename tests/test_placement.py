@@ -150,3 +150,17 @@ def test_threads_never_exceed_the_declared_cpus_with_overlap():
 def test_threads_record_what_each_process_gets():
     assert resolve(D, ClusterFacts(16)).threads == Threads(16, 4)
     assert resolve(D.replace(local=True), ClusterFacts(16)).threads == Threads(16, 16)
+
+
+def test_a_placement_record_of_an_older_run_still_loads():
+    """config.json's `placement` as runs wrote it before the GPU fields: BackendInfo reads it,
+    the fields it lacks at their defaults (status, report and --resume see the same keys)."""
+    from distppo.core.backend import BackendInfo
+    old = {"kind": "ray", "num_env_runners": 1, "num_learners": 1, "learner_device": "cpu",
+           "gpu_name": "", "runner_nodes": 1, "in_placement_group": False,
+           "learner_threads": 1, "runner_threads": 1, "runner_device": "cpu",
+           "malloc_reuse": True, "learner_handover_threads": 2, "grad_shards": 2}
+    info = BackendInfo(**old)
+    assert dataclasses.asdict(info).items() >= old.items()
+    assert (info.learner_gpus, info.runner_gpus) == (0.0, 0.0)
+    assert "(2 once the runners have delivered), gradients in 2 slices" in info.summary()

@@ -39,6 +39,8 @@ class BackendInfo:
     learner_handover_threads: int = 0  # --overlap: a learner's threads once the runners have
                                        # delivered (0: none)
     grad_shards: int = 1           # slices per minibatch gradient (--grad-shards; 1: one pass)
+    learner_gpus: float = 0.0      # GPUs per learner (--learner-gpus, resolved)
+    runner_gpus: float = 0.0       # GPUs per env runner (0: CPU runners)
 
     def summary(self) -> str:
         """The first line of a run's output: what runs where, with how many threads."""
@@ -110,7 +112,8 @@ class LocalBackend:
                            learner_threads=threads, runner_threads=threads,
                            runner_device=str(self.samplers[0].device),
                            malloc_reuse=self.malloc_reuse,
-                           grad_shards=self.placement.grad_shards)
+                           grad_shards=self.placement.grad_shards,
+                           learner_gpus=self.placement.config.learner.learner_gpus)
 
     def start_rollout(self, version: int) -> list[RolloutBatch]:
         start = time.perf_counter()

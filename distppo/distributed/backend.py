@@ -83,7 +83,9 @@ class RayBackend:
                            runner_device=self.cfg.runner.runner_device,
                            malloc_reuse=learner_reuse and runner_reuse,
                            learner_handover_threads=handover,
-                           grad_shards=self.placement.grad_shards)
+                           grad_shards=self.placement.grad_shards,
+                           learner_gpus=self.cfg.learner.learner_gpus,
+                           runner_gpus=runner_gpus(self.cfg, 0.0))
 
     def describe(self) -> BackendInfo:
         return self._info
