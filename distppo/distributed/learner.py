@@ -36,7 +36,8 @@ class Learner:
         self.malloc_reuse = reuse_freed_memory(cfg.runner.malloc_reuse)
         check_gpu(cfg)
         # the slices widen onto the runners' cores once they have delivered, so the numbers do
-        # not depend on when that happens; a guard that left no wider count leaves none
+        # not depend on when that happens; where within_cores leaves the handover no wider
+        # than the learner's own threads, there is none
         handover = within_cores(handover)
         self.handover = handover if handover > self.threads else 0
         self.core = PPOLearner(cfg, obs_shape, num_actions, cfg.seed, rank,
