@@ -13,13 +13,13 @@ LAYERS = [
     {"envs"},
     {"config"},
     {"telemetry"},
-    {"core"},
+    {"core", "placement"},
     {"distributed", "bench"},
     {"sweep"},
     {"report"},
     {"cli", "__main__", "__init__"},
 ]
-RAY_FREE_PACKAGES = ("core", "envs", "telemetry", "report")
+RAY_FREE_PACKAGES = ("core", "placement", "envs", "telemetry", "report")
 
 
 def module_name(path: Path) -> str:

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from distppo.config import SweepConfig, TrainConfig
-from distppo.distributed.resources import trial_bundles, trials_per_node
 from distppo.errors import UserError
+from distppo.placement.sizing import trial_bundles, trials_per_node
 from distppo.report.references import reference_minutes, runtimes
 from distppo.sweep.plan import Cluster, Rates, make_plan
 from distppo.sweep.schedule import lpt_makespan
@@ -103,7 +103,7 @@ def test_plan_without_measurement_uses_reference_minutes():
 def test_plan_fits_default_trials_as_the_sweep_does_and_rejects_set_ones():
     rates = Rates({("CartPole-v1", "ppo"): 1.0}, 0.0, "hand")
     cfg = sweep(games=("CartPole-v1",), seeds=(1,))
-    # the default 3-CPU trial shrinks to a 2-CPU node (resources.fit_sweep, as `distppo sweep`)
+    # the default 3-CPU trial shrinks to a 2-CPU node (fit_sweep, as `distppo sweep`)
     plan = make_plan(cfg, Cluster(2, 0, 2), rates)
     assert plan["slots"] == 2 and plan["trials_per_node"] == 1
     # reservations the user set are kept, and then no node can host the trial

@@ -16,14 +16,17 @@ from distppo.config import TrainConfig
 from distppo.core.models import make_agent, take_rows
 from distppo.core.ppo import ppo_loss
 from distppo.core.rollout import RolloutBatch
-from distppo.core.threads import Threads, local_threads
 from distppo.core.update import PPOLearner
-from distppo.distributed.resources import (
+from distppo.errors import ConfigError
+from distppo.placement.resolve import ClusterFacts, resolve
+from distppo.placement.sizing import (
+    Threads,
     auto_runners,
     check_fits,
     fit_sweep,
     fit_trial,
     learner_gpus,
+    local_threads,
     ray_threads,
     required_resources,
     resolve_gpus,
@@ -31,7 +34,6 @@ from distppo.distributed.resources import (
     runner_gpus,
     trial_bundles,
 )
-from distppo.errors import ConfigError
 
 from conftest import RAY_CPUS, assert_one_line_error, run_cli
 
@@ -295,7 +297,7 @@ def test_learner_takes_the_runners_cores_once_the_rollout_is_in(ray_cluster):
     (this small update is over long before the 60 s rollout is in); with the rollout in, or none in
     flight ([]: the last iteration), two at once; without a handover (None: no --overlap) one
     at a time. Every slice on 1 torch thread; the learner back on 1 after every update. With
-    --grad-shards 1 there is nothing to widen: no handover."""
+    --grad-shards 1 there is nothing to widen: resolve() gives no handover."""
     import ray
 
     from distppo.core.threads import cores
@@ -307,8 +309,12 @@ def test_learner_takes_the_runners_cores_once_the_rollout_is_in(ray_cluster):
         cfg = TrainConfig().replace(env_id="CartPole-v1", backend="gym", num_envs=4,
                                     num_steps=8, num_minibatches=2, update_epochs=2,
                                     overlap=True, grad_shards=2)
-        learner = Learner(cfg, (4,), 2, threads=1, handover=2)
-        assert learner.handover == 2 and learner.device()[3:] == (2, learner.malloc_reuse, 2)
+        # resolve() on a 2-CPU node: 1 thread of its own, 2 once the runners have delivered
+        placed = resolve(cfg, ClusterFacts(cpus=2))
+        assert placed.threads == Threads(1, 1, handover=2) and placed.grad_shards == 2
+        learner = Learner(placed.config, (4,), 2, threads=1, handover=2)
+        assert learner.handover == 2 and learner.device()[2:] == (1, 2, learner.malloc_reuse)
+        assert learner.core.shards.plan.count == 2
         pool, seen = learner.core.shards, []
         run_slice = pool._on_threads
 
@@ -326,7 +332,7 @@ def test_learner_takes_the_runners_cores_once_the_rollout_is_in(ray_cluster):
             assert torch.get_num_threads() == 1
         assert not ray.wait([slow], timeout=0)[0], "the update waited for the rollout"
         ray.cancel(slow, force=True)
-        assert Learner(cfg.replace(grad_shards=1), (4,), 2, threads=1, handover=2).handover == 0
+        assert resolve(cfg.replace(grad_shards=1), ClusterFacts(cpus=2)).threads.handover == 0
     finally:
         torch.set_num_threads(before)
 

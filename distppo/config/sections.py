@@ -148,7 +148,7 @@ class RunnerConfig:
     num_env_runners: str = "auto"
     """env-runner actors on the Ray path; the num_envs envs are split evenly across them. auto:
     one per 4 CPUs of the largest node (the largest divisor of num_envs that fits; 1 on a node
-    of up to 7 CPUs, in --local mode and in sweep trials), distributed/resources.py"""
+    of up to 7 CPUs, in --local mode and in sweep trials), placement/sizing.py"""
     envs_per_runner: Optional[int] = None
     """envs per env runner; when given, num_envs becomes num_env_runners * this"""
     runner_cpus: float = 1.0
@@ -156,7 +156,7 @@ class RunnerConfig:
     num_threads: str = "auto"
     """torch intra-op threads per process: auto (the CPUs each process owns: --local all
     cores; Ray from the node's CPUs, split between runners and learners with --overlap,
-    distributed/resources.py) or a number for every process, capped at the cores it may run on
+    placement/sizing.py) or a number for every process, capped at the cores it may run on
     (recorded; decides bit-equality)"""
     omp_spincount: str = "10000"
     """GNU OpenMP spin count (GOMP_SPINCOUNT) of torch's worker threads in the processes this

@@ -105,7 +105,7 @@ class TrainConfig:
             raise ConfigError(
                 f"num_envs = {e.num_envs} contradicts num_env_runners = {r.num_env_runners} x "
                 f"envs_per_runner = {r.envs_per_runner}: give --num-envs or --envs-per-runner")
-        # auto is resolved where the run's CPUs are known (resources.resolve_runners)
+        # auto is resolved where the run's CPUs are known (placement/resolve.py)
         if r.num_env_runners != "auto" and e.num_envs % r.num_env_runners:
             raise ConfigError(
                 f"num_envs = {e.num_envs} cannot be split evenly over num_env_runners = "
@@ -131,7 +131,7 @@ class TrainConfig:
     @property
     def runner_num_envs(self) -> int:
         """Envs each env runner steps (num_envs split evenly over the runners); the runner
-        count must be resolved (a number: resources.resolve_runners)."""
+        count must be resolved (a number: placement/resolve.py)."""
         return self.env.num_envs // self.runner.num_env_runners
 
     def experiment(self) -> str:

@@ -10,11 +10,14 @@ import time
 from dataclasses import dataclass
 from typing import Optional, Protocol
 
+import torch
+
 from distppo.config import TrainConfig
 from distppo.core.rollout import RolloutBatch, RolloutMeta
 from distppo.core.sampler import make_sampler
-from distppo.core.threads import reuse_freed_memory
+from distppo.core.threads import cores, reuse_freed_memory
 from distppo.core.update import PPOLearner
+from distppo.placement.resolve import ClusterFacts, Placement, resolve
 from distppo.telemetry.faultlog import OnFault
 
 
@@ -36,6 +39,8 @@ class BackendInfo:
     learner_handover_threads: int = 0  # --overlap: a learner's threads once the runners have
                                        # delivered (0: none)
     grad_shards: int = 1           # slices per minibatch gradient (--grad-shards; 1: one pass)
+    learner_gpus: float = 0.0      # GPUs per learner (--learner-gpus, resolved)
+    runner_gpus: float = 0.0       # GPUs per env runner (0: CPU runners)
 
     def summary(self) -> str:
         """The first line of a run's output: what runs where, with how many threads."""
@@ -60,6 +65,7 @@ class Backend(Protocol):
     # starting) go to the on_fault(kind, n, detail) it was created with, the moment it counts
     # them (telemetry/faultlog.py).
     timings: dict          # t_transfer_s, t_wait_s of the latest iteration
+    placement: Placement   # every auto of the run's config as a number (placement/resolve.py)
 
     def describe(self) -> BackendInfo: ...
     def start_rollout(self, version: int): ...   # sample with the learner's current weights
@@ -75,7 +81,6 @@ def device_name(device: str) -> str:
     """The CUDA device name of a torch device string, "" for a CPU device."""
     if not device.startswith("cuda"):
         return ""
-    import torch
     return torch.cuda.get_device_name(device)
 
 
@@ -88,8 +93,11 @@ class LocalBackend:
 
     def __init__(self, cfg: TrainConfig, video_dir: Optional[str] = None,
                  on_fault: Optional[OnFault] = None):
-        if cfg.runner.num_env_runners == "auto":  # one process: one sampler steps every env
-            cfg = cfg.replace(num_env_runners=1)
+        self.placement = resolve(cfg, local_facts())
+        cfg = self.placement.config
+        # before the envs and the learner are made: EnvPool's threads follow it, and so do the
+        # initial weights (orthogonal_ draws on torch's threads)
+        torch.set_num_threads(self.placement.main_threads)
         # before the envs and the learner allocate
         self.malloc_reuse = reuse_freed_memory(cfg.runner.malloc_reuse)
         self.samplers = [make_sampler(cfg, r, video_dir)
@@ -99,13 +107,13 @@ class LocalBackend:
         self.timings = {"t_transfer_s": 0.0, "t_wait_s": 0.0}
 
     def describe(self) -> BackendInfo:
-        import torch
-        device, threads = str(self.learner.device), torch.get_num_threads()
+        device, threads = str(self.learner.device), self.placement.threads.learner
         return BackendInfo("local", len(self.samplers), 1, device, device_name(device),
                            learner_threads=threads, runner_threads=threads,
                            runner_device=str(self.samplers[0].device),
                            malloc_reuse=self.malloc_reuse,
-                           grad_shards=self.learner.shards.plan.count)
+                           grad_shards=self.placement.grad_shards,
+                           learner_gpus=self.placement.config.learner.learner_gpus)
 
     def start_rollout(self, version: int) -> list[RolloutBatch]:
         start = time.perf_counter()
@@ -135,3 +143,9 @@ class LocalBackend:
     def close(self) -> None:
         for s in self.samplers:
             s.close()
+
+
+def local_facts() -> ClusterFacts:
+    """What --local runs on: the cores this process may run on and the CUDA devices it sees."""
+    return ClusterFacts(cpus=cores(), gpus=torch.cuda.device_count() if torch.cuda.is_available()
+                        else 0)

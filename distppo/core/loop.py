@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
-import torch
 
 from distppo.config import TrainConfig
 from distppo.core.backend import Backend, BackendInfo
@@ -29,8 +28,8 @@ from distppo.core.checkpoint import (
 from distppo.core.rollout import RolloutMeta
 from distppo.core.runfolder import Prepared, RunPaths, claim, discard, prepare_run
 from distppo.core.seeds import seed_everything, set_torch_deterministic
-from distppo.core.threads import cores, local_threads
 from distppo.errors import LearnerFailure, StorageError, mark_resumable
+from distppo.placement.resolve import Placement
 from distppo.telemetry.faultlog import FaultCounter, FaultLog, OnFault
 from distppo.telemetry.files import storage_errors
 from distppo.telemetry.parquet import ParquetSink
@@ -98,10 +97,7 @@ def _start(run: Prepared, backend_factory: BackendFactory, progress: bool,
         print(cfg.experiment(), flush=True)
     if state is None:
         write_config_json(paths.config_json, cfg, paths.run_id)
-    seed_everything(cfg.seed)
-    # local: this process does all the work; Ray: the actors set their own (resources.py)
-    torch.set_num_threads(local_threads(cfg, cores()).learner if cfg.local else
-                          1 if cfg.runner.num_threads == "auto" else cfg.runner.num_threads)
+    seed_everything(cfg.seed)  # this process's threads: its backend's placement sets them
     set_torch_deterministic(cfg.torch_deterministic)
     # Trackers first: a W&B or MLflow error stops the run before any env or actor exists
     # (train() then removes the new run's folder).
@@ -142,7 +138,10 @@ class Loop:
     def __init__(self, cfg: TrainConfig, paths: RunPaths, backend: Backend,
                  state: Optional[dict], progress: bool, trackers: Sequence[Tracker],
                  counter: FaultCounter, logged: Counter):
-        self.cfg, self.paths, self.backend = cfg, paths, backend
+        self.paths, self.backend = paths, backend
+        # the config that runs: every auto a number (placement/resolve.py), recorded once
+        self.placement: Placement = backend.placement
+        self.cfg = cfg = self.placement.config
         self.info: BackendInfo = backend.describe()
         if progress:
             print(self.info.summary(), flush=True)

@@ -135,7 +135,7 @@ def make_sampler(cfg: TrainConfig, runner_index: int, video_dir: str | None = No
                     incarnation)
     set_torch_deterministic(cfg.torch_deterministic)  # this process's (a Ray env runner's)
     # EnvPool's and ale-py's C++ worker threads: as many as this process's torch threads, the
-    # CPUs it owns (resources.py), so with --overlap stepping stays off the learner's cores.
+    # CPUs it owns (placement/resolve.py), so with --overlap stepping stays off the learner's cores.
     vec_env = make_vector_env(cfg.env.env_id, cfg.env.backend, cfg.runner_num_envs, seed,
                               frame_stack(cfg.ppo.algo), video_dir if runner_index == 0 else None,
                               cfg.env.max_episode_steps, num_threads=torch.get_num_threads())

@@ -1,5 +1,7 @@
-"""torch threads per process: `--num-threads auto` resolved for a local run (the Ray case is
-distributed/resources.py's ray_threads). No torch import: `distppo plan` sizes runs with it."""
+"""What a process does with its threads and memory: the cores it may run on (and the guard that
+keeps a Ray actor within them), GOMP_SPINCOUNT, glibc's malloc reuse, and the gradient slices
+of --grad-shards. How many threads each process gets is resolve()'s (placement/resolve.py).
+No torch import: `distppo plan` sizes runs with shard_plan."""
 from __future__ import annotations
 
 import os
@@ -7,22 +9,6 @@ from dataclasses import dataclass
 from typing import Optional
 
 from distppo.config import TrainConfig
-
-
-@dataclass(frozen=True)
-class Threads:
-    """torch intra-op threads per process of one run."""
-    learner: int
-    runner: int
-    handover: int = 0
-    """--overlap on Ray: a CPU learner's threads for its gradient slices once the runners
-    have delivered the next rollout (their cores are idle then); 0: none"""
-
-    def summary(self, num_runners: int, num_learners: int, local: bool) -> str:
-        if local:
-            return f"{self.learner} torch thread(s) in this process"
-        return (f"{num_learners} learner(s) x {self.learner} thread(s), "
-                f"{num_runners} runner(s) x {self.runner} thread(s)")
 
 
 def cores() -> int:
@@ -33,13 +19,12 @@ def cores() -> int:
         return os.cpu_count() or 1
 
 
-def local_threads(cfg: TrainConfig, num_cores: int) -> Threads:
-    """--local: one process runs the samplers and the learner in turn, so it takes every core
-    it may run on, or the number given; never more than those cores, as Ray's actors (a sweep
-    gives a --local trial its CPU reservation, which Ray may declare beyond the cores)."""
-    n = num_cores if cfg.runner.num_threads == "auto" else cfg.runner.num_threads
-    n = max(1, min(n, num_cores))
-    return Threads(n, n)
+def within_cores(threads: int) -> int:
+    """The one guard a Ray actor puts on the thread counts resolve() gave it
+    (placement/resolve.py): at most the cores this process may run on. resolve() works from
+    the CPUs Ray declares, and a node may declare more than its machine has (a test cluster
+    on a small machine does); threads beyond the cores only contend."""
+    return max(1, min(threads, cores()))
 
 
 def set_omp_spincount(value) -> bool:

@@ -14,6 +14,7 @@ import time
 from typing import Optional
 
 import ray
+import torch
 from ray.exceptions import GetTimeoutError, ObjectLostError, RayActorError, RayTaskError
 
 from distppo.config import TrainConfig
@@ -21,19 +22,11 @@ from distppo.core.backend import BackendInfo
 from distppo.core.rollout import RolloutMeta
 from distppo.distributed.connect import answer_within, connect
 from distppo.distributed.learner import RemoteLearner
-from distppo.distributed.resources import (
-    check_cluster_has,
-    in_placement_group,
-    ray_threads,
-    required_resources,
-    resolve_gpus,
-    resolve_runners,
-    run_cpus,
-    runner_gpus,
-    runner_strategy,
-)
+from distppo.distributed.resources import check_cluster_has, cluster_facts, runner_strategy
 from distppo.distributed.runners import RemoteEnvRunner, job_ended, num_restarts
 from distppo.errors import JobEnded, LearnerFailure, RunnerFailure, UserError, end_now
+from distppo.placement.resolve import Placement, resolve
+from distppo.placement.sizing import required_resources, runner_gpus
 from distppo.telemetry.faultlog import OnFault, ignore_fault
 from distppo.testing import faults
 
@@ -48,13 +41,12 @@ class RayBackend:
     def __init__(self, cfg: TrainConfig, video_dir: str | None = None,
                  on_fault: OnFault | None = None):
         connect(min_cpus=required_resources(cfg)["CPU"])
-        # the autos: runners from the largest node's CPUs (inside a sweep trial's placement
-        # group, which reserved one runner for auto, 1), then the GPUs they leave the learners
-        cfg = resolve_runners(cfg, 0.0 if in_placement_group() else run_cpus())
-        cfg = resolve_gpus(cfg, ray.cluster_resources().get("GPU", 0.0))
+        # every auto a number, from what the cluster declares; the actors are given them
+        self.placement: Placement = resolve(cfg, cluster_facts())
+        cfg = self.cfg = self.placement.config
         check_cluster_has(required_resources(cfg))
-        self.cfg = cfg
-        self.threads = ray_threads(cfg, run_cpus())
+        torch.set_num_threads(self.placement.main_threads)
+        self.threads = self.placement.threads
         r = cfg.runner
         self.runners = [
             RemoteEnvRunner.options(num_cpus=r.runner_cpus,
@@ -79,7 +71,8 @@ class RayBackend:
 
     def _describe(self) -> BackendInfo:
         runner_nodes = self._ask_runners("node_id")
-        device, gpu_name, learner_threads, handover, learner_reuse, shards = self._learner_device
+        # the threads each actor applied: resolve()'s, within its machine's cores (within_cores)
+        device, gpu_name, learner_threads, handover, learner_reuse = self._learner_device
         runner_threads, runner_reuse = self._ask_runners("threads", only=0)[0]
         group = ray.get_runtime_context().get_placement_group_id()
         theirs = self._ask_runners("placement_group_id") + self._learner_groups
@@ -89,7 +82,10 @@ class RayBackend:
                            learner_threads=learner_threads, runner_threads=runner_threads,
                            runner_device=self.cfg.runner.runner_device,
                            malloc_reuse=learner_reuse and runner_reuse,
-                           learner_handover_threads=handover, grad_shards=shards)
+                           learner_handover_threads=handover,
+                           grad_shards=self.placement.grad_shards,
+                           learner_gpus=self.cfg.learner.learner_gpus,
+                           runner_gpus=runner_gpus(self.cfg, 0.0))
 
     def describe(self) -> BackendInfo:
         return self._info

@@ -15,7 +15,7 @@ import torch.distributed as dist
 from distppo.config import TrainConfig
 from distppo.core.backend import device_name
 from distppo.core.rollout import RolloutBatch
-from distppo.core.threads import cores, reuse_freed_memory
+from distppo.core.threads import reuse_freed_memory, within_cores
 from distppo.core.update import GradAllReduce, PPOLearner
 from distppo.distributed.netif import bind_collectives
 from distppo.errors import UserError
@@ -27,22 +27,22 @@ GROUP_TIMEOUT = datetime.timedelta(minutes=10)
 class Learner:
     def __init__(self, cfg: TrainConfig, obs_shape: tuple, num_actions: int, rank: int = 0,
                  threads: int = 1, handover: int = 0):
+        """cfg, threads, handover: resolve()'s (placement/resolve.py; cfg's grad_shards a
+        number). handover: --overlap on a small node, the threads of each update's gradient
+        slices once the runners have delivered (0: none)."""
         # Ray sets OMP_NUM_THREADS from num_cpus (1 without); torch's own count is what the
-        # update uses: resources.ray_threads chose it, this machine's cores cap it.
-        self.threads = max(1, min(threads, cores()))
+        # update uses, within this machine's cores
+        self.threads = within_cores(threads)
         torch.set_num_threads(self.threads)
         self.malloc_reuse = reuse_freed_memory(cfg.runner.malloc_reuse)
         check_gpu(cfg)
-        # --overlap on a small node: each update on the runners' cores too once they have
-        # delivered (resources.ray_threads), through its gradient slices (--grad-shards), so
-        # the numbers do not depend on when that happens; 0: none (where the cores cap it at
-        # the learner's own count, and where the update is not sliced: a CUDA learner's, one
-        # with --grad-shards 1)
-        handover = min(handover, cores())
-        handover = handover if handover > self.threads else 0
+        # the slices widen onto the runners' cores once they have delivered, so the numbers do
+        # not depend on when that happens; where within_cores leaves the handover no wider
+        # than the learner's own threads, there is none
+        handover = within_cores(handover)
+        self.handover = handover if handover > self.threads else 0
         self.core = PPOLearner(cfg, obs_shape, num_actions, cfg.seed, rank,
-                               threads=max(self.threads, handover), own=self.threads)
-        self.handover = handover if self.core.shards.plan.count > 1 else 0
+                               threads=max(self.threads, self.handover), own=self.threads)
         faults.kill_once("learner_init")
 
     def rendezvous_address(self) -> tuple[str, int]:
@@ -97,12 +97,12 @@ class Learner:
         faults.kill_once("learner_load")
         self.core.load_state_dict(state)
 
-    def device(self) -> tuple[str, str, int, int, bool, int]:
-        """(torch device, CUDA device name or "", torch threads, handover threads (0: none),
-        --malloc-reuse applied, gradient slices)."""
+    def device(self) -> tuple[str, str, int, int, bool]:
+        """What only this process knows: (torch device, CUDA device name or "", torch threads
+        and handover threads as applied within its cores, --malloc-reuse applied)."""
         device = str(self.core.device)
         return (device, device_name(device), torch.get_num_threads(), self.handover,
-                self.malloc_reuse, self.core.shards.plan.count)
+                self.malloc_reuse)
 
     def placement_group_id(self) -> str | None:
         return ray.get_runtime_context().get_placement_group_id()

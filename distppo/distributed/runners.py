@@ -14,7 +14,7 @@ from ray._private.state import jobs as job_table
 from distppo.config import TrainConfig
 from distppo.core.rollout import RolloutBatch, RolloutMeta
 from distppo.core.sampler import make_sampler
-from distppo.core.threads import cores, reuse_freed_memory
+from distppo.core.threads import reuse_freed_memory, within_cores
 from distppo.errors import EnvError
 from distppo.testing import faults
 
@@ -23,8 +23,8 @@ class EnvRunner:
     def __init__(self, cfg: TrainConfig, runner_index: int, video_dir: str | None = None,
                  threads: int = 1):
         # Ray sets OMP_NUM_THREADS from num_cpus (1 without); torch's own count is what
-        # inference uses: resources.ray_threads chose it, this machine's cores cap it.
-        torch.set_num_threads(max(1, min(threads, cores())))
+        # inference uses: resolve()'s (placement/resolve.py), within this machine's cores.
+        torch.set_num_threads(within_cores(threads))
         self.malloc_reuse = reuse_freed_memory(cfg.runner.malloc_reuse)
         self.label = f"env runner {runner_index} ({cfg.env.env_id}, {cfg.env.backend})"
         # Ray runs this constructor again in a new process after the old one died; the

@@ -22,9 +22,9 @@ from ray import tune
 
 from distppo.config import SweepConfig, trial_id
 from distppo.distributed.connect import connect
-from distppo.distributed.resources import check_fits, fit_sweep, trial_bundles
 from distppo.envs.games import check_backend_installed, expand_games  # noqa: F401 (re-export)
 from distppo.errors import ConfigError, UserError
+from distppo.placement.sizing import check_fits, fit_sweep, trial_bundles
 from distppo.sweep import lease as sweep_lease
 from distppo.sweep.layout import ITERATIONS_FILE, SWEEP_JSON, TRIALS_FILE, TUNER_STATE, first_line
 from distppo.sweep.outputs import STATUS, trial_files, write_iterations, write_trials
@@ -285,7 +285,7 @@ EXIT_UNFINISHED = 130
 
 
 def fitted(cfg: SweepConfig, nodes: list[dict], cluster_gpus: float) -> SweepConfig:
-    """The sweep as its trials run on this cluster (resources.fit_sweep), said once."""
+    """The sweep as its trials run on this cluster (placement/sizing.fit_sweep), said once."""
     cfg, said = fit_sweep(cfg, nodes, cluster_gpus)
     if said:
         print(f"sweep: {said}", flush=True)

@@ -16,8 +16,8 @@ from dataclasses import asdict, dataclass
 from typing import Optional
 
 from distppo.config import SweepConfig
-from distppo.distributed.resources import fit_sweep, trial_bundles, trials_per_node
 from distppo.errors import UserError
+from distppo.placement.sizing import fit_sweep, trial_bundles, trials_per_node
 from distppo.sweep.schedule import lpt_makespan
 from distppo.sweep.status import read_status
 

@@ -28,8 +28,8 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from distppo.config import SweepConfig
-from distppo.distributed.resources import trial_bundles
 from distppo.errors import ConfigError, UserError
+from distppo.placement.sizing import trial_bundles
 from distppo.sweep import lease as sweep_lease
 from distppo.sweep.layout import FAULTS, RUNS, SWEEP_JSON, TRIAL_JSON, filesystem, first_line
 from distppo.sweep.schedule import lpt_makespan

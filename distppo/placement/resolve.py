@@ -1,0 +1,92 @@
+"""resolve(config, cluster facts) -> Placement: the one place where every "auto" of a run's
+execution settings becomes a number (env runners, torch threads of the learners, the runners
+and this process, GPUs per learner and runner, gradient slices, --overlap's handover).
+
+Pure: the same config on the same declared resources gives the same placement, never a
+function of a timing or of the machine a process lands on. The backends gather the facts
+(core/backend.py: --local; distributed/resources.py: a Ray cluster), resolve once, hold the
+Placement, and hand the actors its numbers; the loop records it in config.json.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from distppo.config import TrainConfig
+from distppo.core.threads import shard_plan
+from distppo.placement.sizing import (
+    Threads,
+    learner_gpus,
+    local_threads,
+    ray_threads,
+    resolve_gpus,
+    resolve_runners,
+)
+
+
+@dataclass(frozen=True)
+class ClusterFacts:
+    """What a run is told of where it runs: declared resources only."""
+    cpus: float
+    """Ray: the CPUs the run may use at once (a sweep trial's placement group's, else the
+    largest alive node's); --local: the cores this process may run on"""
+    gpus: float = 0.0
+    """Ray: the cluster's GPUs; --local: the CUDA devices this process sees"""
+    in_trial: bool = False
+    """Ray: inside a sweep trial's placement group, which reserved its runners (auto: 1)"""
+
+
+@dataclass(frozen=True)
+class Placement:
+    """A run's execution settings as numbers, as resolve() made them."""
+    config: TrainConfig
+    """the config with num_env_runners, learner_gpus and grad_shards numbers (runner_gpus too
+    with --runner-device cuda); everything else as given"""
+    threads: Threads
+    """torch threads per learner and per env runner (--local: this process's, both) and the
+    learners' --overlap handover (0: none)"""
+    main_threads: int
+    """torch threads of the process that runs the loop (--local: all the work; Ray: the
+    trainer, which only schedules)"""
+    learner_on_cpu: bool
+    """whether the learners update on the CPU (their gradient slices and handover need it)"""
+
+    @property
+    def grad_shards(self) -> int:
+        return self.config.learner.grad_shards
+
+
+def resolve(cfg: TrainConfig, facts: ClusterFacts) -> Placement:
+    """Every auto of `cfg` as a number, from `facts`."""
+    if cfg.local:
+        return _resolve_local(cfg, facts)
+    # runners first: inside a sweep trial's placement group they are its reservation (1 for
+    # auto), else from the largest node's CPUs; then the GPUs they leave the learners
+    cfg = resolve_gpus(resolve_runners(cfg, 0.0 if facts.in_trial else facts.cpus), facts.gpus)
+    threads = ray_threads(cfg, facts.cpus)
+    # Ray shows an actor only the GPUs it reserved: a learner with none updates on the CPU
+    on_cpu = learner_on_cpu(cfg, cfg.learner.learner_gpus)
+    plan = shard_plan(cfg, max(threads.learner, threads.handover), on_cpu, own=threads.learner)
+    # a handover widens the gradient slices: with one slice there is nothing to widen
+    threads = dataclasses.replace(threads, handover=threads.handover if plan.count > 1 else 0)
+    main = 1 if cfg.runner.num_threads == "auto" else cfg.runner.num_threads
+    return Placement(cfg.replace(grad_shards=plan.count), threads, main, on_cpu)
+
+
+def _resolve_local(cfg: TrainConfig, facts: ClusterFacts) -> Placement:
+    """--local: one process steps every env (one sampler for auto) and learns, in turn."""
+    cfg = resolve_runners(cfg, facts.cpus)
+    cfg = cfg.replace(learner_gpus=learner_gpus(cfg, facts.gpus))
+    threads = local_threads(cfg, int(facts.cpus))
+    on_cpu = learner_on_cpu(cfg, facts.gpus)
+    plan = shard_plan(cfg, threads.learner, on_cpu)
+    return Placement(cfg.replace(grad_shards=plan.count), threads, threads.learner, on_cpu)
+
+
+def learner_on_cpu(cfg: TrainConfig, gpus: float) -> bool:
+    """Where core/update.resolve_device puts a learner that sees `gpus` CUDA devices: --device
+    cpu or auto without CUDA (--no-cuda, or no GPU) is the CPU."""
+    lr = cfg.learner
+    if lr.device == "auto":
+        return not (lr.cuda and gpus > 0)
+    return lr.device == "cpu"
