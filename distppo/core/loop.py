@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
-
 from distppo.config import TrainConfig
 from distppo.core.backend import Backend, BackendInfo
 from distppo.core.checkpoint import (
