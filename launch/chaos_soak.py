@@ -216,9 +216,9 @@ class Soak:
         self.start_driver()
         end = time.time() + 60 * self.args.minutes
 
-        def injecting() -> bool:
-            return time.time() < end and self.driver.poll() is None and \
-                self.progress() < self.args.stop_at_progress
+        def injecting() -> bool:  # --each-kind's first faults all come, past --minutes too
+            return (time.time() < end or bool(self.first)) and self.driver.poll() is None \
+                and self.progress() < self.args.stop_at_progress
 
         while injecting():
             time.sleep(self.rng.uniform(self.args.min_gap, self.args.max_gap))
