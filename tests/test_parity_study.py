@@ -162,6 +162,9 @@ def study_cmd(out, *more):
     sides = list(pr.SIDES) if NO_CLEANRL is None else ["distppo"]
     return [sys.executable, os.path.join(REPO, "launch", "parity_study.py"), "--out", str(out),
             "--seeds", "1", "--total-timesteps", str(STEPS), "--sides", *sides,
+            # a checkpoint (and metrics.parquet) after iteration 1, so the SIGTERM below lands
+            # with two iterations still to run, however fast the machine
+            "--distppo-flags", "--local --checkpoint-every 1",
             *(["--cleanrl-dir", CLEANRL_DIR] if NO_CLEANRL is None else []), *more]
 
 
