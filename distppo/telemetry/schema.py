@@ -234,6 +234,7 @@ TRIAL_COLUMNS: tuple[Column, ...] = (
     Column("node", _S, "-", "hostname of the node that ran the trial's last attempt"),
     Column("gpu_name", _S, "-", "CUDA device name of the learner; empty on CPU"),
     Column("versions", _S, "-", "JSON object: python, torch, ray, ale-py, envpool, ... versions"),
-    Column("git_commit", _S, "-", "commit of the distppo source tree; empty when unknown"),
+    Column("git_commit", _S, "-", "commit of the distppo source tree (`<sha>-dirty` with "
+           "uncommitted changes); empty when unknown"),
 )
 TRIAL_SCHEMA = arrow_schema(TRIAL_COLUMNS)
