@@ -147,7 +147,7 @@ def run_jobs(jobs: list[tuple[str, str, list[str]]], repeats: int) -> dict:
     return results
 
 
-# -- `distppo bench --suite speed`: issue 10's table ------------------------------------------
+# -- `distppo bench --suite speed`: distppo's defaults beside the CleanRL-mode baseline --------
 
 def speed_variants(num_cores: int) -> dict[str, list[str]]:
     """The variants of the speed table. `baseline` is CleanRL's mode of ours: one process, torch

@@ -238,7 +238,7 @@ class RayBackend:
         may take to answer (None: as long as Ray waits)."""
         def look() -> tuple[int, bool]:  # (restarts so far, whether they are new faults)
             total = self._count_restarts()
-            # soak: a driver kill was counted as a runner restart
+            # a restart seen once the job has ended is its teardown, not a fault
             return total, total > self.runner_restarts and not job_ended()
 
         answer = look() if within is None else answer_within(within, look)

@@ -129,7 +129,7 @@ PHASES = tuple(n[2:-2] for n in COLUMN_NAMES if n.startswith("t_") and n.endswit
 
 # Columns added after files were written without them, and the value such a row has: a
 # --resume or a report of an older run reads it instead of refusing the file. Threads 0 =
-# not recorded (before issue 10 a process had 1 unless --num-threads said otherwise).
+# not recorded (such runs gave a process 1 thread unless --num-threads said otherwise).
 ADDED_LATER = {"learner_threads": 0, "runner_threads": 0, "learner_recoveries": 0}
 
 
