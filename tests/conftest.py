@@ -11,6 +11,13 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # 4 logical CPUs on a 2-core machine: runs with 2 runners + 1 learner must fit; Ray's CPU
 # count is bookkeeping, over-subscription only slows things down.
 RAY_CPUS = 4
+# A driver stand-in for the lease tests: takes the sweep's lease and holds it until killed.
+LEASE_HOLDER = ("import sys, time\n"
+                "from distppo.sweep.storage import SweepStorage\n"
+                "from distppo.sweep.lease import acquire\n"
+                "lease = acquire(SweepStorage(sys.argv[1], sys.argv[2]))\n"
+                "print('held', flush=True)\n"
+                "time.sleep(600)\n")
 
 
 @pytest.fixture(scope="session")

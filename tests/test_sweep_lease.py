@@ -24,15 +24,10 @@ from distppo.sweep.lease import LeaseLost
 from distppo.sweep.objlease import CLOCK_GRAIN_S, EXIT_LEASE_LOST
 from distppo.sweep.storage import SweepStorage
 
+from conftest import LEASE_HOLDER as HOLD
 from conftest import REPO
 
 TTL = 3.0
-HOLD = ("import sys, time\n"
-        "from distppo.sweep.storage import SweepStorage\n"
-        "from distppo.sweep.lease import acquire\n"
-        "lease = acquire(SweepStorage(sys.argv[1], sys.argv[2]))\n"
-        "print('held', flush=True)\n"
-        "time.sleep(600)\n")
 
 
 def holder_process(storage: str, name: str, env: dict) -> subprocess.Popen:

@@ -26,14 +26,8 @@ from distppo.sweep import lease as sweep_lease
 from distppo.sweep.objlease import CLOCK_GRAIN_S
 from distppo.sweep.storage import SweepStorage
 
+from conftest import LEASE_HOLDER as HOLD
 from conftest import REPO, assert_one_line_error, run_cli
-
-HOLD = ("import sys, time\n"
-        "from distppo.sweep.storage import SweepStorage\n"
-        "from distppo.sweep.lease import acquire\n"
-        "lease = acquire(SweepStorage(sys.argv[1], sys.argv[2]))\n"
-        "print('held', flush=True)\n"
-        "time.sleep(600)\n")
 
 
 def hold_lease(storage: str, name: str, env=None) -> subprocess.Popen:
