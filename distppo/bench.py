@@ -18,6 +18,7 @@ import threading
 import time
 
 from distppo.errors import UserError
+from distppo.telemetry.runlayout import RunPaths
 
 PHASES = ("t_env_s", "t_infer_s", "t_learn_s", "t_transfer_s", "t_wait_s")
 DEFAULT_VARIANTS = ("local=--local", "ray=")
@@ -84,7 +85,7 @@ def run_once(train_args: list[str], workdir: str, timeout: float = 3600) -> dict
     if proc.returncode != 0:
         raise UserError(f"benchmark run failed: {' '.join(train_args)}: "
                         f"{err.strip().splitlines()[-1:]}")
-    df = pd.read_parquet(os.path.join(workdir, "bench", "metrics.parquet"))
+    df = pd.read_parquet(RunPaths(os.path.join(workdir, "bench")).parquet)
     out = {"algo": str(df["algo"].iloc[-1]), "sps": float(df["sps"].iloc[-1]),
            "wall_s": time.perf_counter() - start, "peak_rss_mb": peak / 2**20}
     for col in PHASES:
@@ -209,10 +210,10 @@ def sink_benchmark(rows: int, checkpoint_every: int, samples: int = 10) -> list[
     if rows <= 0 or checkpoint_every <= 0:
         raise UserError("--sink-rows and --checkpoint-every must be > 0")
     with tempfile.TemporaryDirectory(prefix="distppo-sink-") as tmp:
-        warm = ParquetSink(os.path.join(tmp, "warm", "metrics.parquet"))
+        warm = ParquetSink(RunPaths(os.path.join(tmp, "warm")).parquet)
         warm.write(synthetic_row(1))  # pyarrow's first table costs a second of set-up
         warm.close()
-        sink = ParquetSink(os.path.join(tmp, "now", "metrics.parquet"))
+        sink = ParquetSink(RunPaths(os.path.join(tmp, "now")).parquet)
         costs = []
         for i in range(1, rows + 1):
             row, due = synthetic_row(i), i % checkpoint_every == 0 or i == rows

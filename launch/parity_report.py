@@ -74,14 +74,14 @@ def read_distppo(run_dir: str, seed: int) -> tuple[pd.DataFrame, pd.DataFrame]:
     """distppo's games from its TensorBoard charts/episodic_return (one point per game, at the
     global_step of the iteration it ended in) and its losses from metrics.parquet."""
     from distppo.telemetry.parquet import read_metrics
-    from distppo.telemetry.schema import METRICS_FILENAME
+    from distppo.telemetry.runlayout import METRICS
     if not os.path.isdir(run_dir):
         return empty_returns(), empty_diagnostics()
     games = tb_scalars(run_dir, ["charts/episodic_return"])["charts/episodic_return"]
     returns = pd.DataFrame({"side": "distppo", "seed": seed,
                             "global_step": [s for s, _ in games],
                             "episodic_return": [v for _, v in games]})
-    metrics = read_metrics(os.path.join(run_dir, METRICS_FILENAME)).to_pandas()
+    metrics = read_metrics(os.path.join(run_dir, METRICS)).to_pandas()
     diag = metrics[["iteration", "global_step", *QUANTITIES]].assign(side="distppo", seed=seed)
     return typed(returns, RETURN_COLUMNS), typed(diag, DIAGNOSTIC_COLUMNS)
 

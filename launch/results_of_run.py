@@ -22,7 +22,7 @@ import pyarrow.parquet as pq
 
 from distppo.report.plots import run_curve
 from distppo.telemetry.parquet import read_metrics
-from distppo.telemetry.schema import METRICS_FILENAME
+from distppo.telemetry.runlayout import METRICS
 
 RETURNS = (("episodic_return_last100", "last 100 games (charts/episodic_return)"),
            ("envpool_avg_return_last100", "ppo_atari_envpool's statistic (avg-20, last 100)"))
@@ -57,12 +57,12 @@ def main() -> None:
     p.add_argument("--at", type=int, nargs="+", default=[1_000_000, 2_000_000])
     args = p.parse_args()
     # every row, also those in the tail since the last checkpoint (a run still going)
-    table = read_metrics(os.path.join(args.run_dir, METRICS_FILENAME))
+    table = read_metrics(os.path.join(args.run_dir, METRICS))
     metrics = table.to_pandas()
     with open(os.path.join(args.run_dir, "config.json")) as f:
         record = json.load(f)
     os.makedirs(args.out, exist_ok=True)
-    pq.write_table(table, os.path.join(args.out, METRICS_FILENAME))
+    pq.write_table(table, os.path.join(args.out, METRICS))
     shutil.copyfile(os.path.join(args.run_dir, "config.json"),
                     os.path.join(args.out, "config.json"))
     returns = {s: at_step(metrics, s) for s in args.at}  # None: not reached

@@ -17,6 +17,7 @@ from distppo.errors import UserError
 from distppo.telemetry import parquet, schema, stats, tensorboard
 from distppo.telemetry.parquet import ParquetSink
 from distppo.telemetry.progress import Progress, format_eta
+from distppo.telemetry.runlayout import METRICS
 from distppo.telemetry.schema import (
     COLUMN_NAMES,
     ITERATION_SCHEMA,
@@ -108,7 +109,7 @@ def test_validate_row_turns_no_value_into_null():
 # --- ParquetSink ----------------------------------------------------------------------------
 
 def test_parquet_reads_back_with_declared_dtypes(tmp_path):
-    path = tmp_path / "run" / schema.METRICS_FILENAME
+    path = tmp_path / "run" / METRICS
     sink = ParquetSink(path)
     for i in (1, 2):
         sink.write(make_row(i, episodic_return_mean=math.nan))
@@ -469,3 +470,29 @@ def test_a_file_written_before_later_columns_reads_back_and_resumes(tmp_path):
     df = parquet.read_metrics(path).to_pandas()
     assert df["iteration"].tolist() == [1, 2, 3]
     assert df["learner_recoveries"].tolist() == [0, 0, 1]
+
+
+def test_read_rows_through_a_file_system_by_columns_and_leniently(tmp_path):
+    """How `distppo status` reads a run copy on any pyarrow file system: a few columns, and a
+    damaged tail line (a copy being replaced under it) skipped instead of raised."""
+    import pyarrow.fs as pafs
+    path = tmp_path / "copy" / METRICS
+    sink = ParquetSink(path)
+    for i in range(1, 4):
+        sink.write(make_row(i), flush=i == 2)  # rows 1-2 in metrics.parquet, row 3 in its tail
+    full = parquet.read_rows(path)
+    assert [r["iteration"] for r in full] == [1, 2, 3]
+    fs = pafs.SubTreeFileSystem(str(tmp_path), pafs.LocalFileSystem())
+    some = parquet.read_rows(f"copy/{METRICS}", fs, ["global_step", "sps"])
+    assert some == [{"run_id": r["run_id"], "iteration": r["iteration"],
+                     "global_step": r["global_step"], "sps": r["sps"]} for r in full]
+    with open(parquet.tail_path(path), "a") as f:
+        f.write('{"iteration": "damaged"}\n')
+    with pytest.raises(UserError, match="line 2 is damaged"):
+        parquet.read_rows(path)
+    assert [r["iteration"] for r in parquet.read_rows(path, lenient=True)] == [1, 2, 3]
+    path.write_bytes(b"not parquet")
+    with pytest.raises(UserError, match="cannot be read"):
+        parquet.read_rows(path)
+    assert [r["iteration"] for r in parquet.read_rows(path, lenient=True)] == [3]
+    assert parquet.read_rows(tmp_path / "none" / METRICS) == []

@@ -49,3 +49,27 @@ def test_python_dash_m_distppo_is_the_cli():
     proc = subprocess.run([sys.executable, "-m", "distppo", "train", "--help"], cwd=REPO,
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0 and "--learning-rate" in proc.stdout
+
+
+def test_run_and_sweep_file_names_are_spelled_once():
+    """A run folder's and a sweep's file names live in telemetry/runlayout.py and
+    sweep/layout.py; any other module that spells one as a string literal would drift from
+    them (docstrings and messages may mention a name: only exact literals count)."""
+    names = {"config.json", "metrics.parquet", "metrics.tail.jsonl", ".tail.jsonl",
+             "checkpoints", "videos", "faults", "sweep.json", "trials.parquet",
+             "iterations.parquet", "trial.json", "run_copy.json"}
+    homes = {os.path.join("distppo", "telemetry", "runlayout.py"),
+             os.path.join("distppo", "sweep", "layout.py")}
+    spelled = []
+    for folder, _, files in sorted(os.walk(os.path.join(REPO, "distppo"))):
+        for name in sorted(f for f in files if f.endswith(".py")):
+            path = os.path.join(folder, name)
+            rel = os.path.relpath(path, REPO)
+            if rel in homes:
+                continue
+            with open(path) as f:
+                tree = ast.parse(f.read())
+            for node in ast.walk(tree):
+                if isinstance(node, ast.Constant) and node.value in names:
+                    spelled.append(f"{rel}:{node.lineno} {node.value!r}")
+    assert not spelled, "use the layout modules' names:\n" + "\n".join(spelled)

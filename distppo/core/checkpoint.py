@@ -12,12 +12,11 @@ import torch
 
 from distppo.errors import UserError
 from distppo.telemetry.files import atomic_write
-
-CHECKPOINT_GLOB = "ckpt_*.pt"
+from distppo.telemetry.runlayout import CHECKPOINT_GLOB, RunPaths, checkpoint_name
 
 
 def checkpoint_dir(run_dir: str) -> str:
-    return os.path.join(run_dir, "checkpoints")
+    return RunPaths(run_dir).checkpoints
 
 
 def rng_state() -> dict:
@@ -42,7 +41,7 @@ def save_checkpoint(run_dir: str, iteration: int, state: dict, keep: int = 0) ->
     writer never leaves a half checkpoint; then keep only the newest `keep` (0 = all)."""
     folder = checkpoint_dir(run_dir)
     os.makedirs(folder, exist_ok=True)
-    path = os.path.join(folder, f"ckpt_{iteration:06d}.pt")
+    path = os.path.join(folder, checkpoint_name(iteration))
     # Serialised in memory first: torch.save into a file reports a full disk as a generic
     # RuntimeError from its zip writer; a plain write reports ENOSPC as an OSError.
     buffer = io.BytesIO()

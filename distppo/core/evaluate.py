@@ -12,6 +12,7 @@ from distppo.core.policy import PolicyState, policy_step
 from distppo.envs.factory import frame_stack, make_vector_env
 from distppo.errors import UserError
 from distppo.telemetry.runinfo import read_config_json
+from distppo.telemetry.runlayout import RunPaths
 
 MAX_EVAL_STEPS = 10_000_000  # a game that never ends (a stuck policy) must not hang eval
 
@@ -23,7 +24,7 @@ def evaluate(run_dir: str, episodes: int = 10, greedy: bool = False, video: bool
         raise UserError(f"--episodes must be > 0, got {episodes}")
     cfg, _ = read_config_json(run_dir)
     state = load_checkpoint(latest_checkpoint(run_dir))
-    video_dir = os.path.join(run_dir, "videos", "eval") if video else None
+    video_dir = RunPaths(run_dir).eval_videos if video else None
     env = make_vector_env(cfg.env.env_id, cfg.env.backend, 1,
                           cfg.seed + 10_000 if seed is None else seed,
                           frame_stack(cfg.ppo.algo), video_dir, cfg.env.max_episode_steps)

@@ -25,7 +25,7 @@ from distppo.core.checkpoint import (
     set_rng_state,
 )
 from distppo.core.rollout import RolloutMeta
-from distppo.core.runfolder import Prepared, RunPaths, claim, discard, prepare_run
+from distppo.core.runfolder import Prepared, claim, discard, prepare_run
 from distppo.core.seeds import seed_everything, set_torch_deterministic
 from distppo.errors import LearnerFailure, StorageError, mark_resumable
 from distppo.placement.resolve import Placement
@@ -34,6 +34,7 @@ from distppo.telemetry.files import storage_errors
 from distppo.telemetry.parquet import ParquetSink
 from distppo.telemetry.progress import Progress
 from distppo.telemetry.runinfo import record_placement, record_resume, write_config_json
+from distppo.telemetry.runlayout import RunPaths
 from distppo.telemetry.schema import LOSS_COLUMNS
 from distppo.telemetry.stats import EpisodeTracker, PhaseTimer, ReferenceReturns
 from distppo.telemetry.tensorboard import TB_SCALARS, TensorBoardWriter

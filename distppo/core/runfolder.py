@@ -18,31 +18,8 @@ from distppo.errors import UserError
 from distppo.telemetry.files import RunLock, clean_debris
 from distppo.telemetry.parquet import read_rows
 from distppo.telemetry.runinfo import default_run_name, read_config_json
-from distppo.telemetry.schema import METRICS_FILENAME
+from distppo.telemetry.runlayout import RunPaths
 from distppo.telemetry.trackers import check_trackers
-
-
-@dataclass
-class RunPaths:
-    run_dir: str
-    run_id: str
-
-    @property
-    def parquet(self) -> str:
-        return os.path.join(self.run_dir, METRICS_FILENAME)
-
-    @property
-    def config_json(self) -> str:
-        return os.path.join(self.run_dir, "config.json")
-
-    @property
-    def videos(self) -> str:
-        return os.path.join(self.run_dir, "videos")
-
-    @property
-    def faults(self) -> str:
-        """The run's fault log (telemetry/faultlog.py), unless a sweep trial keeps it."""
-        return os.path.join(self.run_dir, "faults")
 
 
 @dataclass
@@ -120,4 +97,4 @@ def check_resumable(run_dir: str) -> None:
     metrics; a damaged one is one UserError line (a sweep trial then takes an older copy)."""
     read_config_json(run_dir)
     load_checkpoint(latest_checkpoint(run_dir))
-    read_rows(os.path.join(run_dir, METRICS_FILENAME))
+    read_rows(RunPaths(run_dir).parquet)

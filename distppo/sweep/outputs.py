@@ -20,7 +20,8 @@ import pyarrow.parquet as pq
 from distppo.config import SweepConfig, trial_id
 from distppo.sweep.layout import ITERATIONS_FILE, TRIALS_FILE, first_line
 from distppo.sweep.storage import SweepStorage
-from distppo.telemetry.schema import METRICS_FILENAME, SWEEP_ITERATION_SCHEMA, TRIAL_SCHEMA
+from distppo.telemetry.runlayout import CONFIG_JSON, METRICS
+from distppo.telemetry.schema import SWEEP_ITERATION_SCHEMA, TRIAL_SCHEMA
 
 # Tune's statuses in our words (docs/sweeps.md).
 STATUS = {"TERMINATED": "done", "ERROR": "failed", "RUNNING": "running", "PENDING": "pending",
@@ -60,7 +61,7 @@ class TrialFiles:
             self._latest, self._metrics = None, None
             for path, record in self.storage.complete_run_copies(self.trial_id):
                 try:
-                    table = pq.read_table(posixpath.join(path, METRICS_FILENAME),
+                    table = pq.read_table(posixpath.join(path, METRICS),
                                           filesystem=self.storage.fs)
                 except (OSError, pa.ArrowException) as exc:
                     print(f"distppo: run copy {path} cannot be read ({first_line(exc)}): "
@@ -97,7 +98,7 @@ class TrialFiles:
         metrics = self.metrics()
         if metrics is None or metrics.num_rows == 0:
             return row
-        record, run = self.latest[1], self._read_json("config.json")
+        record, run = self.latest[1], self._read_json(CONFIG_JSON)
         last = metrics.slice(metrics.num_rows - 1).to_pylist()[0]
         row.update(global_step=last["global_step"], wall_clock_minutes=record["elapsed_s"] / 60.0,
                    sps_mean=last["sps"],

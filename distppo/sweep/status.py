@@ -7,8 +7,8 @@ lock tried and dropped at once, or the S3 / GCS lease's ttl), else from how rece
 changed.
 
 Per trial it reads (sweep/layout.py):
-- the newest complete run copy, runs/<trial_id>/<iteration>/: trial.json (finished, elapsed_s,
-  node) and its metrics (metrics.parquet plus the O(1) tail metrics.tail.jsonl);
+- the newest complete run copy, runs/<trial_id>/<iteration>/ (SweepStorage): trial.json
+  (finished, elapsed_s, node) and its metrics (telemetry/parquet.py read_rows, a few columns);
 - the end of Tune's <trial_id>/result.json: the rows since that copy (one per iteration);
 - Tune's newest experiment_state-*.json: the trial's status and its restarts.
 So it needs neither iterations.parquet nor trials.parquet. The state rules are in STATE_RULES
@@ -25,18 +25,17 @@ from typing import Optional
 
 import pyarrow as pa
 import pyarrow.fs as pafs
-import pyarrow.parquet as pq
 
 from distppo.config import SweepConfig
 from distppo.errors import ConfigError, UserError
 from distppo.placement.sizing import trial_bundles
 from distppo.sweep import lease as sweep_lease
-from distppo.sweep.layout import FAULTS, RUNS, SWEEP_JSON, TRIAL_JSON, filesystem, first_line
+from distppo.sweep.layout import RUNS, SWEEP_JSON, TRIAL_JSON, filesystem, first_line
 from distppo.sweep.schedule import lpt_makespan
-from distppo.telemetry.faultlog import FaultLog
-from distppo.telemetry.parquet import TAIL_SUFFIX
+from distppo.sweep.storage import SweepStorage
+from distppo.telemetry.parquet import read_rows
 from distppo.telemetry.redact import redact
-from distppo.telemetry.schema import METRICS_FILENAME, validate_row
+from distppo.telemetry.runlayout import METRICS
 
 STALE_AFTER_S = 300.0  # Tune syncs a trial's results to object stores every few minutes
 STATUS_COLUMNS = ("iteration", "global_step", "wall_clock_s", "sps", "runner_restarts")
@@ -124,17 +123,20 @@ def read_status(uri: str, stale_after_s: float = STALE_AFTER_S,
     alive = sweep_lease.held(fs, root, now)
     if alive is None:
         alive = seen_ago is not None and seen_ago <= stale_after_s
-    trials = [_trial(fs, root, cfg, point, tune_state.get(point, {}), alive)
+    store = SweepStorage.at(fs, root, uri)
+    trials = [_trial(store, cfg, point, tune_state.get(point, {}), alive)
               for point in cfg.grid()]
     return _summarise(uri, cfg, trials, alive, seen_ago, fs, root, now)
 
 
-def _trial(fs, root: str, cfg: SweepConfig, point: tuple, tune: dict, alive: bool) -> TrialStatus:
+def _trial(store: SweepStorage, cfg: SweepConfig, point: tuple, tune: dict,
+           alive: bool) -> TrialStatus:
     tcfg = cfg.trial_config(*point)
     tid = tcfg.run_name
-    copy = _latest_copy(fs, root, tid)
-    record, rows = (copy[1], _copy_rows(fs, copy[0])) if copy else ({}, [])
-    newer = [r for r in _result_rows(fs, root, tid)
+    copy = store.latest_run_copy(tid)
+    record, rows = ({}, []) if copy is None else (copy[1], read_rows(
+        posixpath.join(copy[0], METRICS), store.fs, STATUS_COLUMNS, lenient=True))
+    newer = [r for r in _result_rows(store.fs, store.path, tid)
              if r.get("iteration", 0) > (rows[-1]["iteration"] if rows else 0)]
     rows = rows + newer
     last = rows[-1] if rows else {}
@@ -159,8 +161,8 @@ def _trial(fs, root: str, cfg: SweepConfig, point: tuple, tune: dict, alive: boo
         iteration=iteration, num_iterations=tcfg.num_iterations,
         global_step=step, total_timesteps=total, sps=sps, sps_mean=_num(last.get("sps")),
         restarts=int(last.get("runner_restarts", 0) or 0),
-        trial_restarts=max(int(tune.get("num_failures", 0)), FaultLog(
-            fs, posixpath.join(root, FAULTS, tid)).counts()["trial_restarts"]),
+        trial_restarts=max(int(tune.get("num_failures", 0)),
+                           store.fault_log(tid).counts()["trial_restarts"]),
         node=record.get("node") or last.get("hostname") or "-", wall_clock_s=wall, eta_s=eta)
 
 
@@ -210,44 +212,6 @@ def _remaining(trials: list, slots: int) -> Optional[float]:
 
 
 # -- reading the storage ---------------------------------------------------------------------
-
-def _latest_copy(fs, root: str, tid: str) -> Optional[tuple[str, dict]]:
-    """(path, trial.json) of the trial's newest complete run copy (as SweepStorage does)."""
-    selector = pafs.FileSelector(posixpath.join(root, RUNS, tid), allow_not_found=True)
-    dirs = sorted((i.path for i in fs.get_file_info(selector)
-                   if i.type == pafs.FileType.Directory), key=posixpath.basename, reverse=True)
-    for path in dirs:
-        try:
-            with fs.open_input_stream(posixpath.join(path, TRIAL_JSON)) as f:
-                return path, json.loads(f.readall())
-        except (OSError, ValueError):  # not complete yet, or deleted under us
-            continue
-    return None
-
-
-def _copy_rows(fs, path: str) -> list[dict]:
-    """A run copy's rows: metrics.parquet, then its tail's complete lines (later rows win),
-    as telemetry/parquet.read_rows reads a local run folder."""
-    rows: dict = {}
-    try:
-        # only the columns status shows: a 10M-step run has ~10k rows of ~40 columns
-        with fs.open_input_file(posixpath.join(path, METRICS_FILENAME)) as f:
-            parquet = pq.ParquetFile(f)
-            names = parquet.schema_arrow.names  # an older run may lack a column
-            table = parquet.read(columns=[c for c in STATUS_COLUMNS if c in names])
-        for row in table.to_pylist():
-            rows[row["iteration"]] = row
-    except (OSError, pa.ArrowException):
-        pass  # deleted by a newer copy between listing and reading: the next look sees it
-    tail = posixpath.join(path, METRICS_FILENAME.replace(".parquet", TAIL_SUFFIX))
-    for line in _read_text(fs, tail).split("\n")[:-1]:  # the part after the last \n is torn
-        try:
-            row = validate_row(json.loads(line))
-        except ValueError:
-            continue
-        rows[row["iteration"]] = row
-    return [rows[k] for k in sorted(rows)]
-
 
 def _result_rows(fs, root: str, tid: str) -> list[dict]:
     """The last rows of Tune's result.json of the trial (only its end is read)."""

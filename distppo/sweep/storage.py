@@ -48,6 +48,15 @@ class SweepStorage:
         self.fs, root = filesystem(self.storage)
         self.path = posixpath.join(root, name)
 
+    @classmethod
+    def at(cls, fs: pafs.FileSystem, path: str, uri: str) -> "SweepStorage":
+        """The sweep folder `path` on `fs`, already resolved from `uri` (<storage>/<name>)."""
+        self = cls.__new__(cls)
+        base, sep, query = absolute(uri).partition("?")
+        storage, _, self.name = base.rstrip("/").rpartition("/")
+        self.storage, self.fs, self.path = storage + sep + query, fs, path
+        return self
+
     @property
     def location(self) -> str:
         """The sweep folder as Tune names it (storage URI + name, query string kept last)."""

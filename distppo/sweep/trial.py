@@ -11,7 +11,6 @@ a restarted trial can land on any node, and the driver consolidates the outputs 
 from __future__ import annotations
 
 import dataclasses
-import glob
 import json
 import os
 import platform
@@ -25,7 +24,7 @@ from typing import Optional
 from ray import tune
 
 from distppo.config import SweepConfig, TrainConfig
-from distppo.core.checkpoint import CHECKPOINT_GLOB, checkpoint_dir
+from distppo.core.checkpoint import checkpoint_paths
 from distppo.core.loop import train
 from distppo.core.runfolder import check_resumable
 from distppo.distributed.factory import make_backend
@@ -128,6 +127,6 @@ class _Reporter:
 def _prune_checkpoints(run_dir: str, keep: str) -> None:
     """Only the newest trainer checkpoint travels into the run copy: a 10M-step Atari run
     writes ~100 of them, about 20 MB each with the Adam state."""
-    for path in glob.glob(os.path.join(checkpoint_dir(run_dir), CHECKPOINT_GLOB)):
+    for path in checkpoint_paths(run_dir):
         if os.path.abspath(path) != os.path.abspath(keep):
             os.remove(path)

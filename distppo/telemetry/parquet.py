@@ -18,22 +18,21 @@ import json
 import os
 import time
 from pathlib import Path
-from typing import Mapping
+from typing import Mapping, Sequence
 
 import pyarrow as pa
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from distppo.errors import UserError
 from distppo.telemetry.files import atomic_write, remove_quietly, storage_error
+from distppo.telemetry.runlayout import tail_name
 from distppo.telemetry.schema import ITERATION_SCHEMA, validate_row
-
-TAIL_SUFFIX = ".tail.jsonl"
 
 
 def tail_path(path: str | os.PathLike) -> Path:
     """metrics.parquet -> metrics.tail.jsonl beside it."""
-    path = Path(path)
-    return path.with_name(path.stem + TAIL_SUFFIX)
+    return Path(tail_name(os.fspath(path)))
 
 
 class ParquetSink:
@@ -122,21 +121,40 @@ class ParquetSink:
             raise storage_error(str(self.tail), exc) from None
 
 
-def read_rows(path: str | os.PathLike) -> list[dict]:
+def read_rows(path: str | os.PathLike, filesystem: pafs.FileSystem | None = None,
+              columns: Sequence[str] | None = None, lenient: bool = False) -> list[dict]:
     """The rows of metrics.parquet and its tail, later ones replacing earlier ones by key,
-    sorted by (run_id, iteration). A damaged metrics.parquet is one UserError line."""
-    path = Path(path)
+    sorted by (run_id, iteration).
+
+    `filesystem`: a pyarrow file system that holds `path` (a sweep's run copy on S3); the
+    local one by default. `columns`: only these (and the key), unvalidated, so a 10k-row run
+    is cheap to glance at. A damaged metrics.parquet or tail line is one UserError line, but
+    `lenient` (a reader of a live sweep, whose files a newer copy may delete under it) reads
+    what it can: a file that cannot be read gives no rows, a damaged line is skipped.
+    """
+    fs = filesystem or pafs.LocalFileSystem()
+    where = os.fspath(path) if filesystem else os.path.abspath(path)
     rows: dict[tuple[str, int], dict] = {}
-    if path.exists():
-        try:
-            stored = pq.read_table(path).to_pylist()
-        except (OSError, pa.ArrowException) as exc:
+    try:
+        with fs.open_input_file(where) as f:
+            parquet = pq.ParquetFile(f)
+            names = parquet.schema_arrow.names  # an older run may lack a column
+            wanted = None if columns is None else \
+                [c for c in dict.fromkeys(("run_id", "iteration", *columns)) if c in names]
+            stored = parquet.read(columns=wanted).to_pylist()
+    except FileNotFoundError:
+        stored = []
+    except (OSError, pa.ArrowException) as exc:
+        if not lenient:
             raise UserError(f"{path} cannot be read ({type(exc).__name__}): it is empty or "
                             "damaged; restore it from a copy, or move it away to continue "
                             "without its rows") from None
-        for row in stored:
-            rows[(row["run_id"], row["iteration"])] = validate_row(row)
-    for row in _tail_rows(tail_path(path)):
+        stored = []
+    for row in stored:
+        rows[(row["run_id"], row["iteration"])] = row if columns else validate_row(row)
+    for row in _tail_rows(fs, tail_name(where), lenient):
+        if columns:
+            row = {k: row[k] for k in ("run_id", "iteration", *columns) if k in row}
         rows[(row["run_id"], row["iteration"])] = row
     return [rows[k] for k in sorted(rows)]
 
@@ -146,16 +164,25 @@ def read_metrics(path: str | os.PathLike) -> pa.Table:
     return pa.Table.from_pylist(read_rows(path), schema=ITERATION_SCHEMA)
 
 
-def _tail_rows(tail: Path) -> list[dict]:
-    if not tail.exists():
+def _tail_rows(fs: pafs.FileSystem, tail: str, lenient: bool) -> list[dict]:
+    try:
+        with fs.open_input_stream(tail) as f:
+            text = f.readall().decode("utf-8", "replace")
+    except FileNotFoundError:
         return []
+    except (OSError, pa.ArrowException):
+        if lenient:
+            return []
+        raise
     rows = []
-    lines = tail.read_text(encoding="utf-8").split("\n")
+    lines = text.split("\n")
     # the text after the last newline is a line a killed writer did not finish: not a row
     for number, line in enumerate(lines[:-1], start=1):
         try:
             rows.append(validate_row(json.loads(line)))
         except ValueError as exc:
+            if lenient:
+                continue
             raise UserError(f"{tail} line {number} is damaged ({exc}): move the file away to "
                             "continue without the rows since the last flush") from None
     return rows

@@ -13,6 +13,7 @@ from distppo.envs.games import episode_limit
 from distppo.errors import ConfigError, UserError
 from distppo.telemetry.files import atomic_write
 from distppo.telemetry.provenance import git_commit, provenance
+from distppo.telemetry.runlayout import CONFIG_JSON, RunPaths
 
 LIBRARIES = ("torch", "ray", "ale-py", "envpool", "gymnasium", "numpy", "pyarrow")
 
@@ -79,9 +80,9 @@ def _write(path: str, record: dict) -> None:
 
 
 def read_config_json(run_dir: str) -> tuple[TrainConfig, str]:
-    path = os.path.join(run_dir, "config.json")
+    path = RunPaths(run_dir).config_json
     if not os.path.isfile(path):
-        raise UserError(f"{run_dir} holds no config.json: pass the folder of an existing run")
+        raise UserError(f"{run_dir} holds no {CONFIG_JSON}: pass the folder of an existing run")
     try:
         with open(path) as f:
             record = json.load(f)

@@ -16,8 +16,6 @@ from typing import Mapping, Sequence
 
 import pyarrow as pa
 
-METRICS_FILENAME = "metrics.parquet"
-
 
 @dataclass(frozen=True)
 class Column:
