@@ -61,7 +61,11 @@ def normalise_argv(argv: list[str]) -> list[str]:
 
 
 def _kind(annotation: str) -> tuple[type, bool]:
-    """(python type, takes several values) of a field's string annotation."""
+    """(python type, takes several values) of a field's string annotation. `int |
+    Literal["auto"]` is read as text: the config turns "4" into 4 and says what is wrong with
+    anything else."""
+    if "Literal[" in annotation:
+        return str, False
     base = annotation.replace("Optional[", "").rstrip("]")
     many = base.startswith("tuple[")
     if many:
@@ -115,7 +119,7 @@ def train_config(args: argparse.Namespace, base: Optional[TrainConfig] = None) -
 
 def check_stable_path(path: str, flag: str) -> None:
     """Under `ray job submit --working-dir`, a job runs in Ray's temporary copy of that folder,
-    deleted with the job: a relative folder would vanish with it (issue 14). One line."""
+    deleted with the job: a relative folder would vanish with it. One line."""
     if "://" in path or os.path.isabs(path) or RAY_JOB_ENV not in os.environ:
         return
     try:

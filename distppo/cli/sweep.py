@@ -7,11 +7,11 @@ from __future__ import annotations
 import argparse
 
 from distppo.cli.flags import add_fields, add_train_flags, check_stable_path, train_config
-from distppo.config import SweepConfig, TrainConfig
+from distppo.config import SweepConfig, TrainConfig, fields_where
 from distppo.errors import ConfigError, mark_resumable
 
 # Set per trial by the grid or by the sweep itself, so not flags of `sweep`.
-GRID_FIELDS = ("env_id", "algo", "seed", "output_dir", "run_name", "log_every")
+GRID_FIELDS = fields_where(per_trial=True)
 
 
 def add_parser(sub) -> None:

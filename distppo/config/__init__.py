@@ -4,6 +4,7 @@ Defaults equal CleanRL's `ppo_atari.py` (see shared/reference/hyperparameters.md
 `validate()` runs at construction and raises ConfigError with a one-line fix.
 
 - sections.py: the env, ppo, runner, learner and tracking sections
+- fields.py: each field's role, and whether --resume may change it
 - train.py: TrainConfig, the flat field names, field docstrings, what --resume may change
 - sweep.py: SweepConfig and trial ids
 """
@@ -26,9 +27,11 @@ from distppo.config.train import (
     SECTIONS,
     TrainConfig,
     field_docs,
+    fields_where,
     resume_flags,
 )
 
 __all__ = ["ALGOS", "AMP", "DEVICES", "MAX_SEED", "RUNNER_DEVICES", "EnvConfig", "LearnerConfig",
            "PPOConfig", "RunnerConfig", "TrackConfig", "SweepConfig", "trial_id", "FLAT_FIELDS",
-           "RESUME_SAFE", "SECTIONS", "TrainConfig", "field_docs", "resume_flags"]
+           "RESUME_SAFE", "SECTIONS", "TrainConfig", "field_docs", "fields_where",
+           "resume_flags"]

@@ -7,8 +7,9 @@ Defaults equal CleanRL's `ppo_atari.py` (see shared/reference/hyperparameters.md
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import Literal, Optional
 
+from distppo.config.fields import algorithm, execution, identity, output
 from distppo.envs.games import AUTO, BACKENDS, NO_ALE_VIDEO, auto_backend, resolve_env_id
 from distppo.envs.video import check_encoder
 from distppo.errors import ConfigError
@@ -38,20 +39,20 @@ def auto_or_positive(obj, name: str) -> None:
 
 @dataclass(frozen=True)
 class EnvConfig:
-    env_id: str = "Breakout-v5"
+    env_id: str = identity("Breakout-v5", per_trial=True)
     """game id: `Breakout-v5` or `BreakoutNoFrameskip-v4` (any backend maps either), or a
     gymnasium vector-obs id such as CartPole-v1"""
-    backend: str = AUTO
+    backend: str = identity(AUTO)
     """vector env implementation: auto (the experiment the id names: a NoFrameskip-v4 id runs
     CleanRL's ppo_atari.py on gym, a -v5 id ppo_atari_envpool.py on envpool, a vector-obs id
     gym; config.json records the one picked) | envpool (EnvPool, Linux) | gym (gymnasium +
     ale-py, SB3's Atari wrappers in Python, CleanRL's ppo_atari.py) | ale (ale-py's C++ vector
     env)"""
-    num_envs: int = 8
+    num_envs: int = algorithm(8)
     """total number of parallel environments (summed over all env runners)"""
-    capture_video: bool = False
+    capture_video: bool = output(False, resume=True)
     """record MP4 videos of env 0's full games to <run dir>/videos"""
-    max_episode_steps: Optional[int] = None
+    max_episode_steps: Optional[int] = algorithm(None)
     """Atari time limit per game in agent steps (4 frames each); a game cut by it is a done.
     Default: the reference script's, envpool 108,000 (EnvPool 0.6.6, ppo_atari_envpool's
     benchmark), gym 27,000 = the v4 ids' 108,000 frames (docs/semantics.md)"""
@@ -89,39 +90,39 @@ class EnvConfig:
 
 @dataclass(frozen=True)
 class PPOConfig:
-    algo: str = "ppo"
+    algo: str = identity("ppo", per_trial=True)
     """ppo (Nature CNN, 4 stacked frames) | ppo_lstm (1 frame, LSTM(512 -> 128))"""
-    total_timesteps: int = 10_000_000
+    total_timesteps: int = identity(10_000_000, resume=True)
     """total agent steps summed over envs (one agent step = 4 emulator frames on Atari)"""
-    learning_rate: float = 2.5e-4
+    learning_rate: float = algorithm(2.5e-4)
     """Adam learning rate (eps 1e-5)"""
-    num_steps: int = 128
+    num_steps: int = algorithm(128)
     """rollout length per env and iteration"""
-    anneal_lr: bool = True
+    anneal_lr: bool = algorithm(True)
     """anneal the learning rate linearly towards 0 over the iterations"""
-    gamma: float = 0.99
+    gamma: float = algorithm(0.99)
     """discount factor"""
-    gae_lambda: float = 0.95
+    gae_lambda: float = algorithm(0.95)
     """lambda of generalised advantage estimation"""
-    num_minibatches: int = 4
+    num_minibatches: int = algorithm(4)
     """minibatches per epoch (LSTM: whole env sequences, num_envs / num_minibatches envs each)"""
-    update_epochs: int = 4
+    update_epochs: int = algorithm(4)
     """epochs over the batch per iteration"""
-    norm_adv: bool = True
+    norm_adv: bool = algorithm(True)
     """normalise advantages per minibatch"""
-    clip_coef: float = 0.1
+    clip_coef: float = algorithm(0.1)
     """surrogate clipping coefficient (policy and value)"""
-    clip_vloss: bool = True
+    clip_vloss: bool = algorithm(True)
     """clip the value loss around the rollout-time value, as CleanRL's torch scripts do"""
-    ent_coef: float = 0.01
+    ent_coef: float = algorithm(0.01)
     """entropy bonus coefficient"""
-    vf_coef: float = 0.5
+    vf_coef: float = algorithm(0.5)
     """value loss coefficient"""
-    max_grad_norm: float = 0.5
+    max_grad_norm: float = algorithm(0.5)
     """global L2 norm to which gradients are clipped"""
-    target_kl: Optional[float] = None
+    target_kl: Optional[float] = algorithm(None)
     """stop the epochs of an iteration early when approx_kl exceeds this (off by default)"""
-    lstm_exact_resets: bool = True
+    lstm_exact_resets: bool = algorithm(True)
     """ppo_lstm on envpool (next-step auto-reset): zero the LSTM state before the first
     observation of a new life and leave EnvPool's reset step out of the loss, as in the gym
     ordering; off = CleanRL's LSTM loop on EnvPool's ordering, unchanged (docs/semantics.md)"""
@@ -145,39 +146,39 @@ class PPOConfig:
 
 @dataclass(frozen=True)
 class RunnerConfig:
-    num_env_runners: str = "auto"
+    num_env_runners: int | Literal["auto"] = execution("auto", resume=True)
     """env-runner actors on the Ray path; the num_envs envs are split evenly across them. auto:
     one per 4 CPUs of the largest node (the largest divisor of num_envs that fits; 1 on a node
     of up to 7 CPUs, in --local mode and in sweep trials), placement/sizing.py"""
-    envs_per_runner: Optional[int] = None
+    envs_per_runner: Optional[int] = execution(None, resume=True)
     """envs per env runner; when given, num_envs becomes num_env_runners * this"""
-    runner_cpus: float = 1.0
+    runner_cpus: float = execution(1.0, resume=True)
     """CPUs Ray reserves per env runner (fractions allowed)"""
-    num_threads: str = "auto"
+    num_threads: int | Literal["auto"] = execution("auto", resume=True)
     """torch intra-op threads per process: auto (the CPUs each process owns: --local all
     cores; Ray from the node's CPUs, split between runners and learners with --overlap,
     placement/sizing.py) or a number for every process, capped at the cores it may run on
     (recorded; decides bit-equality)"""
-    omp_spincount: str = "10000"
+    omp_spincount: str = execution("10000", resume=True)
     """GNU OpenMP spin count (GOMP_SPINCOUNT) of torch's worker threads in the processes this
     command starts: how long an idle torch thread busy-waits before it sleeps. 10000: idle
     threads stop spinning on the cores EnvPool steps on (docs/benchmarks.md); `default`:
     libgomp's own (300,000, as CleanRL runs). Set before torch loads, by `distppo train` and
     `distppo sweep` for themselves and the local Ray they start; a GOMP_SPINCOUNT already in the
     environment wins, and on a cluster joined through RAY_ADDRESS the nodes' environment does"""
-    malloc_reuse: bool = True
+    malloc_reuse: bool = execution(True, resume=True)
     """glibc malloc keeps the memory torch frees for the next minibatch instead of returning it
     to the kernel and faulting it in again (mallopt: mmap threshold 1 GiB, 32 MiB on glibc <
     2.35, no trim), in every process of the run (core/threads.py); the learning is unchanged,
     the heap keeps its high-water mark. Off: glibc's own, as CleanRL runs. No effect off glibc"""
-    overlap: bool = False
+    overlap: bool = algorithm(False)
     """runners collect iteration k+1 with weights k while learners update on k (policy lag 1);
     off = CleanRL"""
-    runner_max_restarts: int = 3
+    runner_max_restarts: int = execution(3, resume=True)
     """times Ray restarts a dead env runner; its rollout is re-requested with the same weights"""
-    runner_device: str = "cpu"
+    runner_device: str = execution("cpu", resume=True)
     """device of the env runners' policy copies (rollout inference): cpu | cuda"""
-    runner_gpus: str = "auto"
+    runner_gpus: float | Literal["auto"] = execution("auto", resume=True)
     """GPUs Ray reserves per env runner with --runner-device cuda, in (0, 1]: a number, or auto
     (0.25, less where the runners would take over half the cluster's GPUs: they share that
     half, and the learners with --learner-gpus auto the rest)"""
@@ -216,29 +217,29 @@ class RunnerConfig:
 
 @dataclass(frozen=True)
 class LearnerConfig:
-    cuda: bool = True
+    cuda: bool = execution(True, resume=True)
     """use CUDA for the learner when a GPU is visible, as CleanRL's --cuda; --no-cuda keeps it
     on the CPU"""
-    device: str = "auto"
+    device: str = execution("auto", resume=True)
     """learner device: auto (follows --cuda) | cpu | cuda (requires a GPU: fails when none is
     visible)"""
-    num_learners: int = 1
+    num_learners: int = execution(1)
     """data-parallel learner actors on the Ray path"""
-    learner_gpus: str = "auto"
+    learner_gpus: float | Literal["auto"] = execution("auto", resume=True)
     """GPUs Ray reserves per learner: auto (1 when the cluster or machine has a GPU and the
     learner may use CUDA, else 0) or a number"""
-    learner_cpus: float = 1.0
+    learner_cpus: float = execution(1.0, resume=True)
     """CPUs Ray reserves per learner"""
-    channels_last: bool = True
+    channels_last: bool = execution(True, resume=True)
     """Nature CNN in channels_last memory layout (faster convolutions on CPU and GPU; float
     rounding differs from CleanRL's layout: --no-channels-last for bit-equal numbers)"""
-    fused_lstm: bool = True
+    fused_lstm: bool = execution(True, resume=True)
     """PPO-LSTM's update runs the LSTM over each stretch between done steps in one nn.LSTM
     call (same numbers within float rounding); --no-fused-lstm: one call per time step, as
     ppo_atari_lstm.py"""
-    compile: bool = False
+    compile: bool = execution(False, resume=True)
     """torch.compile the learner's model (same numbers within float rounding)"""
-    grad_shards: str = "auto"
+    grad_shards: int | Literal["auto"] = execution("auto", resume=True)
     """a CPU learner computes each minibatch's gradient as the sum of this many slices of it,
     side by side, each on a fixed number of torch threads (core/shards.py); with --overlap the
     slices run one by one while the runners sample and side by side once they have delivered,
@@ -246,7 +247,7 @@ class LearnerConfig:
     per thread the update may use, of at least 64 samples (PPO-LSTM: whole envs); otherwise 1.
     Always 1 on a GPU. 1: CleanRL's single pass. Same learning within float rounding
     (recorded)"""
-    amp: str = "off"
+    amp: str = execution("off")
     """mixed precision of the learner's update: off | bf16 (GPU only)"""
 
     def __post_init__(self) -> None:
@@ -283,14 +284,14 @@ class LearnerConfig:
 
 @dataclass(frozen=True)
 class TrackConfig:
-    track: bool = False
+    track: bool = output(False)
     """log the run to Weights & Biases, as CleanRL's --track (the tracking extra;
     WANDB_MODE=offline writes the run locally)"""
-    wandb_project_name: str = "cleanRL"
+    wandb_project_name: str = output("cleanRL")
     """the W&B project of --track"""
-    wandb_entity: Optional[str] = None
+    wandb_entity: Optional[str] = output(None)
     """the W&B entity (team) of --track; default: your W&B user"""
-    mlflow_tracking_uri: Optional[str] = None
+    mlflow_tracking_uri: Optional[str] = output(None)
     """also log the run to MLflow at this tracking URI (file:///path/mlruns, http://host:5000),
     experiment --exp-name (a sweep: experiment --name)"""
 

@@ -95,7 +95,7 @@ class SweepConfig:
     @staticmethod
     def from_dict(d: dict) -> "SweepConfig":
         kw = dict(d, train=TrainConfig.from_dict(d["train"]))
-        # A test-only field of sweeps written before distppo 0.2 (now testing/faults.py).
+        # A test-only field that older sweep.json files may hold (faults are testing/faults.py's).
         kw.pop("fail_once_at_iteration", None)
         for key in ("games", "seeds", "algos"):
             kw[key] = tuple(kw[key])

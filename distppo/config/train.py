@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from distppo.config.experiment import experiment_line
+from distppo.config.fields import execution, identity, meta, output
 from distppo.config.sections import (
     MAX_SEED,
     EnvConfig,
@@ -24,16 +25,6 @@ from distppo.config.sections import (
 )
 from distppo.errors import ConfigError
 
-# What --resume may change: where and how the run executes, how it logs and checkpoints, and
-# how long it trains (only longer: the learning rate anneals over the new total from then on).
-# Every other field defines the learning problem; changing one mid-run would give a run that
-# is neither the old config nor the new one.
-RESUME_SAFE = ("total_timesteps", "local", "device", "cuda", "num_env_runners", "envs_per_runner",
-               "runner_cpus", "num_threads", "runner_max_restarts", "learner_cpus",
-               "learner_gpus", "runner_device", "runner_gpus", "capture_video",
-               "checkpoint_every", "keep_checkpoints", "log_every", "channels_last", "compile",
-               "fused_lstm", "omp_spincount", "malloc_reuse", "grad_shards")
-
 
 @dataclass(frozen=True)
 class TrainConfig:
@@ -42,26 +33,26 @@ class TrainConfig:
     runner: RunnerConfig = field(default_factory=RunnerConfig)
     learner: LearnerConfig = field(default_factory=LearnerConfig)
     tracking: TrackConfig = field(default_factory=TrackConfig)
-    exp_name: str = "distppo"
+    exp_name: str = output("distppo")
     """experiment name, part of the run name"""
-    seed: int = 1
+    seed: int = identity(1, per_trial=True)
     """base seed; env i of runner r gets a seed derived from (seed, r, i), see seeds.py"""
-    torch_deterministic: bool = True
+    torch_deterministic: bool = execution(True)
     """sets torch.backends.cudnn.deterministic to this value in every process that runs torch
     (the loop's, the learners', the env runners'), as CleanRL's flag does; nothing else"""
-    local: bool = False
+    local: bool = execution(False, resume=True)
     """run everything in this process with no Ray at all (breakpoints work)"""
-    output_dir: str = "runs"
+    output_dir: str = output("runs", per_trial=True)
     """folder that holds one sub-folder per run"""
-    run_name: Optional[str] = None
+    run_name: Optional[str] = output(None, per_trial=True)
     """run folder name (default <env_id>__<exp_name>__<seed>__<unix time>)"""
-    checkpoint_every: int = 100
+    checkpoint_every: int = output(100, resume=True)
     """write a checkpoint every N iterations (and always at the end)"""
-    keep_checkpoints: int = 3
+    keep_checkpoints: int = output(3, resume=True)
     """newest checkpoints kept in <run dir>/checkpoints, older ones are deleted (0 = keep all)"""
-    log_every: int = 1
+    log_every: int = output(1, resume=True, per_trial=True)
     """print a progress line every N iterations"""
-    save_model: bool = False
+    save_model: bool = output(False)
     """at the end, save the model's state_dict to <run dir>/<exp_name>.cleanrl_model, as
     CleanRL's --save-model (the parameter names of CleanRL's Agent)"""
 
@@ -201,8 +192,9 @@ class TrainConfig:
 
 def resume_flags() -> str:
     """The flags --resume may change, for --help and the refusal line."""
+    names = sorted(RESUME_SAFE, key=lambda n: n != "total_timesteps")  # the budget first
     return ", ".join("--total-timesteps (larger only)" if n == "total_timesteps"
-                     else f"--{flag_name(n)}" for n in RESUME_SAFE)
+                     else f"--{flag_name(n)}" for n in names)
 
 
 SECTIONS = {"env": EnvConfig, "ppo": PPOConfig, "runner": RunnerConfig, "learner": LearnerConfig,
@@ -222,6 +214,26 @@ def _leaf_fields():
 
 
 FLAT_FIELDS = _leaf_fields()
+
+
+def _field(name: str) -> dataclasses.Field:
+    owner = FLAT_FIELDS[name]
+    cls = SECTIONS[owner] if owner else TrainConfig
+    return cls.__dataclass_fields__[name]
+
+
+def fields_where(**wanted) -> tuple[str, ...]:
+    """Flat field names, in field order, whose declared metadata (config/fields.py) matches,
+    e.g. fields_where(role="algorithm") or fields_where(resume=True)."""
+    return tuple(n for n in FLAT_FIELDS
+                 if all(meta(_field(n))[k] == v for k, v in wanted.items()))
+
+
+# What --resume may change: where and how the run executes, how it logs and checkpoints, and
+# how long it trains (only longer: the learning rate anneals over the new total from then on).
+# Every other field defines the learning problem; changing one mid-run would give a run that
+# is neither the old config nor the new one.
+RESUME_SAFE = fields_where(resume=True)
 
 
 @functools.lru_cache(maxsize=None)

@@ -18,17 +18,14 @@ from typing import Iterable, Optional, Sequence
 import numpy as np
 import pandas as pd
 
-from distppo.config import FLAT_FIELDS, SweepConfig, TrainConfig
+from distppo.config import FLAT_FIELDS, SweepConfig, TrainConfig, fields_where
 from distppo.report import aggregates, references
 from distppo.report.load import Sweep
 from distppo.report.references import REFERENCE_STEPS, STATISTICS
 
 # Settings that make a run another experiment than CleanRL's defaults (the budget has its own
 # note; resources, threads and checkpoints do not change what is learned).
-EXPERIMENT_SETTINGS = ("num_envs", "max_episode_steps", "lstm_exact_resets", "learning_rate",
-                       "num_steps", "anneal_lr", "gamma", "gae_lambda", "num_minibatches",
-                       "update_epochs", "norm_adv", "clip_coef", "clip_vloss", "ent_coef",
-                       "vf_coef", "max_grad_norm", "target_kl", "overlap")
+EXPERIMENT_SETTINGS = fields_where(role="algorithm")
 
 
 def num(x) -> Optional[float]:
