@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# GPU check (issue 10, item 7): `distppo bench` on a CUDA machine, the learner on the GPU
+# GPU check: `distppo bench` on a CUDA machine, the learner on the GPU
 # (--learner-gpus auto gives it one), one to several env runners; prints SPS and per-phase
 # seconds per variant and the minutes 10M Breakout steps would take at that SPS.
 #

@@ -503,7 +503,7 @@ def test_job_runs_the_venv_python_on_the_uploaded_checkout(ray_head):
 @pytest.mark.slow
 def test_sweep_job_submitted_as_the_docs_say(ray_head, tmp_path):
     job_id = f"distppo-test-{uuid.uuid4().hex[:8]}"
-    # `&` and `;` in the arguments stay text through the job's /bin/sh (issue 14)
+    # `&` and `;` in the arguments stay text through the job's /bin/sh
     args = [*TINY, "--storage", str(tmp_path / "a&b"), "--name", "job;true"]
     submitted = ray_head.cli("launch/submit_job.sh", *args, timeout=120, JOB_ID=job_id)
     assert submitted.returncode == 0, submitted.stdout[-3000:] + submitted.stderr[-3000:]
@@ -597,7 +597,7 @@ def test_slurm_script_on_one_node(tmp_path):
     read_sweep(tmp_path / "sweeps" / "slurm", n_trials=1, n_iterations=2)
 
 
-# --- 5. arguments reach `distppo sweep` as given (issue 14) --------------------------------------
+# --- 5. arguments reach `distppo sweep` as given ------------------------------------------------
 
 def test_submit_job_passes_arguments_through_the_shell_as_text(tmp_path):
     """Ray runs a job's entrypoint string with /bin/sh -c: a stand-in for Ray's Jobs SDK does

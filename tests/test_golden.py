@@ -11,14 +11,14 @@ from conftest import run_cli
 GOLDEN = Path(__file__).parent / "data" / "golden"
 COMMON = ["--num-envs", "4", "--num-steps", "32", "--num-minibatches", "2", "--update-epochs",
           "2", "--total-timesteps", "384", "--num-threads", "1", "--seed", "1",
-          # the files hold CleanRL's memory layout; channels_last rounds differently (issue 10)
+          # the files hold CleanRL's memory layout; channels_last rounds differently
           "--no-channels-last"]
 RUNS = {
     "local_ppo_envpool": ["--local", "--env-id", "Breakout-v5", "--backend", "envpool",
                           "--algo", "ppo"],
     "local_lstm_gym": ["--local", "--env-id", "BreakoutNoFrameskip-v4", "--backend", "gym",
                        "--algo", "ppo_lstm"],
-    # Made before PPO-LSTM's exact EnvPool resets (issue 11); the flag replays CleanRL's loop.
+    # Made with CleanRL's LSTM loop on EnvPool's ordering; the flag replays that loop.
     "ray_lstm_envpool": ["--env-id", "Breakout-v5", "--backend", "envpool", "--algo", "ppo_lstm",
                          "--no-lstm-exact-resets"],
     "ray_ppo_cartpole": ["--env-id", "CartPole-v1", "--backend", "gym", "--algo", "ppo",

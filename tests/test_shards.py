@@ -1,4 +1,4 @@
-"""--grad-shards (issue 10): a minibatch's gradient summed over slices, each on one torch thread,
+"""--grad-shards: a minibatch's gradient summed over slices, each on one torch thread,
 is the one-pass update to float rounding, and the same numbers bit for bit however many slices
 ran at once: what lets --overlap's learner widen at a moment chosen by timing."""
 import numpy as np

@@ -1,4 +1,4 @@
-"""Fast by default (issue 10): threads and GPUs resolved from what a run owns, the channels_last
+"""Fast by default: threads and GPUs resolved from what a run owns, the channels_last
 and compiled update equal to the plain one, trials shrunk to fit a small node."""
 import dataclasses
 import json
@@ -117,7 +117,7 @@ def test_num_threads_and_learner_gpus_parse():
                 {"amp": "bf16", "device": "cpu"}):
         with pytest.raises(ConfigError):
             TrainConfig().replace(**bad)
-    # a config.json written before issue 10 (num_threads 1, learner_gpus 0.0) still loads
+    # an older config.json (num_threads 1, learner_gpus 0.0) still loads
     old = TrainConfig().to_dict()
     old["runner"]["num_threads"], old["learner"]["learner_gpus"] = 1, 0.0
     assert TrainConfig.from_dict(old).runner.num_threads == 1

@@ -73,3 +73,20 @@ def test_run_and_sweep_file_names_are_spelled_once():
                 if isinstance(node, ast.Constant) and node.value in names:
                     spelled.append(f"{rel}:{node.lineno} {node.value!r}")
     assert not spelled, "use the layout modules' names:\n" + "\n".join(spelled)
+
+
+def test_code_says_why_not_which_issue():
+    """History lives in git log and docs/: no issue numbers or version-dated remarks in the
+    code, the launch scripts or the tests (they go stale the moment they are written)."""
+    import re
+    stale = re.compile(r"\b[Ii]ssues? #?\d+|\bbefore distppo \d|\bdistppo \d+\.\d+ (wrote|used)")
+    found = []
+    for top in ("distppo", "launch", "tests", "cluster"):
+        for folder, _, files in sorted(os.walk(os.path.join(REPO, top))):
+            for name in sorted(f for f in files if f.endswith((".py", ".sh", ".yaml"))):
+                path = os.path.join(folder, name)
+                with open(path, encoding="utf-8") as f:
+                    for number, line in enumerate(f, start=1):
+                        if stale.search(line) and "stale = re.compile" not in line:
+                            found.append(f"{os.path.relpath(path, REPO)}:{number}: {line.strip()}")
+    assert not found, "say why, not when:\n" + "\n".join(found)

@@ -113,7 +113,7 @@ def test_killed_driver_resumes_without_rerunning_finished_trials(ray_cluster, tm
     sweep_dir = tmp_path / "kill"
     with LiveCli(tmp_path / "driver.log", *args) as live:
         driver = live.proc
-        # A second driver on the running sweep (a double submission) is refused: issue 14.
+        # A second driver on the running sweep (a double submission) is refused.
         # Checked first: it takes seconds, in which the trials below would run on.
         deadline = time.time() + 300
         while not (sweep_dir / ".sweep.lease").exists():
@@ -145,8 +145,8 @@ def test_killed_driver_resumes_without_rerunning_finished_trials(ray_cluster, tm
         driver.send_signal(signal.SIGKILL)
         driver.wait(timeout=30)
     assert driver.returncode == -signal.SIGKILL
-    # The driver died mid-sweep, yet its outputs are current up to the last checkpoints
-    # (issue 14): the finished trial's rows are all there, and the sweep can be reported.
+    # The driver died mid-sweep, yet its outputs are current up to the last checkpoints:
+    # the finished trial's rows are all there, and the sweep can be reported.
     killed = read(sweep_dir / "iterations.parquet")
     assert killed["trial_id"].to_pylist().count(finished) == 30
     assert read(sweep_dir / "trials.parquet").num_rows == 4

@@ -1,4 +1,4 @@
-"""Sweep half of issue 14: one driver per sweep, run copies never half-replaced, outputs that
+"""The sweep's reliability: one driver per sweep, run copies never half-replaced, outputs that
 survive a failed update, a corrupt newest copy and a killed driver.
 
 Real parts only: a lease held by another live process (and then SIGKILLed), an upload

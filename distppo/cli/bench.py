@@ -14,9 +14,10 @@ def add_parser(sub) -> None:
                    help="env backend of the runs; with --env-only, the backends to compare "
                         "(default: envpool; --suite speed: each algo's reference backend)")
     p.add_argument("--suite", choices=["speed"], default=None,
-                   help="speed: issue 10's table, a CleanRL-mode baseline (--local, threads = "
-                        "cores, every speed option off) against the defaults (ray, local, "
-                        "overlap), ppo on envpool and ppo_lstm on gym, ratios to the baseline")
+                   help="speed: docs/benchmarks.md's table, a CleanRL-mode baseline (--local, "
+                        "threads = cores, every speed option off) against the defaults (ray, "
+                        "local, overlap), ppo on envpool and ppo_lstm on gym, ratios to the "
+                        "baseline")
     p.add_argument("--variants", nargs="+", default=None, metavar="NAME",
                    help="with --suite: only these of its variants (the first is the base)")
     p.add_argument("--env-only", action="store_true",

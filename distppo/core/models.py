@@ -47,7 +47,7 @@ def make_trunk(obs_shape: tuple) -> tuple[nn.Module, int]:
 def preprocess(x: torch.Tensor, channels_last: bool = False) -> torch.Tensor:
     """uint8 pixels -> float in [0, 1]; float vectors pass through unchanged. channels_last:
     images in the memory layout of a channels_last CNN (same values, NHWC strides), which
-    oneDNN and cuDNN convolve faster (issue 10: 123 -> 84 ms per minibatch on 2 CPU cores)."""
+    oneDNN and cuDNN convolve faster (docs/benchmarks.md)."""
     if channels_last and x.dim() == 4:  # reorder the uint8 pixels (a quarter of the bytes);
         x = x.contiguous(memory_format=torch.channels_last)  # float() and div keep the layout
     if x.dtype == torch.uint8:
@@ -58,8 +58,8 @@ def preprocess(x: torch.Tensor, channels_last: bool = False) -> torch.Tensor:
 def take_rows(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     """x[index] along dim 0, in x's memory layout. A channels_last image batch [B, C, H, W]
     stays channels_last: its rows are contiguous NHWC blocks, gathered with one index_select
-    (x[index] copies it element by element, ~5x slower; index_select on x itself returns the
-    plain layout, which the CNN would reorder again: issue 10, 14 -> 2 ms per 256 frames)."""
+    (x[index] copies it element by element; index_select on x itself returns the plain
+    layout, which the CNN would reorder again)."""
     nhwc = x.dim() == 4 and x.is_contiguous(memory_format=torch.channels_last)
     if nhwc and not x.is_contiguous():  # (C == 1 is both layouts: plain indexing is fine)
         return x.permute(0, 2, 3, 1).index_select(0, index).permute(0, 3, 1, 2)

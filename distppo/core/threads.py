@@ -50,9 +50,8 @@ _reusing = False  # whether this process has set them (they cannot be unset)
 
 def reuse_freed_memory(on: bool) -> bool:
     """--malloc-reuse: glibc malloc keeps the memory torch frees and hands it out again, instead
-    of unmapping each large block (an update's 4-29 MB activations and gradients) and faulting
-    it back in, zero-filled page by page, on the next minibatch: 1,000-5,800 page faults and
-    2-10 ms of kernel time per 256-frame minibatch on 2 cores without (docs/benchmarks.md).
+    of unmapping each large block (an update's activations and gradients) and faulting it back
+    in, zero-filled page by page, on the next minibatch (the cost: docs/benchmarks.md).
     The heap keeps its high-water mark. Off: glibc's own thresholds, as CleanRL runs; nothing
     is changed. Per process (each Ray actor sets its own). Returns whether this process reuses
     freed memory now: False off glibc (macOS, musl) and when off here and never set before."""

@@ -48,7 +48,7 @@ class Learner:
     def rendezvous_address(self) -> tuple[str, int]:
         """Rank 0: this node's IP and a port the kernel picked, listened on by the group's
         store. The store has no authentication, so it listens on the node IP only, never on
-        every interface as a TCPStore given a bare port would (issue 14)."""
+        every interface as a TCPStore given a bare port would."""
         self._listener = listen_on(ray.util.get_node_ip_address())
         return self._listener.getsockname()[:2]
 

@@ -126,7 +126,7 @@ def resolve_env_id(env_id: str, backend: str) -> ResolvedEnv:
 def classic_ids() -> tuple[str, ...]:
     """Registered gymnasium ids with a 1-D Box observation and Discrete actions, plus ours.
 
-    Found by building each non-Atari registered env once (about 25 ms in all): spaces are
+    Found by building each non-Atari registered env once (cached): spaces are
     only known after construction. Envs whose dependencies are missing are skipped.
     """
     import gymnasium as gym

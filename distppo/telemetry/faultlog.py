@@ -3,9 +3,9 @@
 A run's fault counters (`runner_restarts`, `learner_recoveries`; a sweep trial's `restarts`)
 are cumulative over all its attempts. The rows and checkpoints that carry them can be rolled
 back: a sweep trial restarts from its last run copy, a resumed run from its last checkpoint,
-and before this log the counts of faults after that point went back with the rows (the chaos
-soak counted 13 of 19 runner kills). So each counted fault is also one small file in a folder
-that nothing rolls back, and an attempt starts its counters from those files.
+and counts kept only there would lose the faults after that point. So each counted fault is
+also one small file in a folder that nothing rolls back, and an attempt starts its counters
+from those files.
 
     <folder>/<kind>.<n>.<time_ns>.<pid>.<random>.json    {"kind", "n", "detail", "time"}
 

@@ -23,7 +23,7 @@ from distppo.errors import StorageError, UserError
 from distppo.testing import faults
 
 TMP_SUFFIX = ".distppo-tmp"
-# Temp names of distppo 0.1 (fixed names), still found in folders it left behind.
+# Fixed temp names that run folders of older versions may still hold after a killed write.
 LEGACY_DEBRIS = ("ckpt_*.pt.tmp", "config.json.tmp", ".metrics.parquet.*.tmp")
 LOCK_NAME = ".distppo.lock"
 # What flock raises on a file system that has no locks (as opposed to a lock that is taken).

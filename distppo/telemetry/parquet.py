@@ -6,11 +6,11 @@ Two files in the run folder:
 - `metrics.tail.jsonl`: the rows written since that flush, one JSON object per line, appended.
 
 `write(row, flush=False)` appends one line: its cost does not grow with the run (rewriting the
-whole Parquet file per row took 20 ms at 9,765 rows). `flush()` rewrites metrics.parquet with
-every row and empties the tail. The loop flushes before each checkpoint, so the rows a
-checkpoint stands for are on disk before it is; at the end of the run; and at least once a
-minute, so metrics.parquet alone is never more than a minute behind a live run. `read_metrics`
-reads both files, which is what a resumed run starts from.
+whole Parquet file per row does; `distppo bench --sink-rows` measures both). `flush()`
+rewrites metrics.parquet with every row and empties the tail. The loop flushes before each
+checkpoint, so the rows a checkpoint stands for are on disk before it is; at the end of the
+run; and at least once a minute, so metrics.parquet alone is never more than a minute behind
+a live run. `read_metrics` reads both files, which is what a resumed run starts from.
 """
 from __future__ import annotations
 
