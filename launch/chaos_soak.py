@@ -21,9 +21,13 @@ the sweep is left:
 - no process carrying the soak's marker (its environment) runs afterwards.
 
 A kill that lands on a trial's process as the trial ends anyway (after its last update) has
-nothing left to count it. `--stop-at-progress F` ends the faults once any trial is past that
-fraction of its iterations (read from the sweep's outputs, at most --outputs-every-s old), so
-every kill lands with most of a trial still to run; `--each-kind` makes the first faults one of
+nothing left to count it: it is no fault the trial survived. So a fault waits while any trial
+is in its tail: past --quiet-tail of its iterations and not yet TAIL_GRACE_S past its last one
+(its final checkpoint, upload and teardown), read from the sweep's outputs (at most
+--outputs-every-s old). Faults go on for --minutes while the sweep runs: once the fast trials
+are done, they land on the slow ones. `--stop-at-progress F` instead ends the faults once any
+trial is past that fraction of its iterations, so every kill lands with most of a trial still
+to run; `--each-kind` makes the first faults one of
 each kind, in a seeded order with the driver last, each waiting up to VICTIM_WAIT_S for a
 process to kill (a kind that found none is asked again at the next fault). The short
 run in the test suite uses both, with exact counts. `--deadline-minutes` bounds the whole soak:
@@ -61,6 +65,7 @@ TITLES = {"runner": "ray::EnvRunner", "learner": "ray::Learner", "trial": "ray::
 KINDS = ("runner", "learner", "trial", "driver")
 WEIGHTS = (4, 2, 2, 1)
 VICTIM_WAIT_S = 60.0  # --each-kind: how long a chosen kind may have no process to kill
+TAIL_GRACE_S = 30.0  # a trial's processes outlive its last row by its final checkpoint + teardown
 
 
 def sweep_args(args: argparse.Namespace) -> list[str]:
@@ -87,6 +92,7 @@ class Soak:
         self.head = None
         self.kills: Counter = Counter()
         self.missed: Counter = Counter()  # faults whose kind had no process to kill
+        self.seen_done: dict = {}  # trial id -> when its last iteration was first seen
         kinds = [k for k in KINDS if k in args.kinds]
         self.first: list[str] = []  # --each-kind: the first faults' kinds
         if args.each_kind:  # a seeded order, the driver last (its resume restarts every trial)
@@ -152,14 +158,38 @@ class Soak:
         kinds = [k for k in KINDS if k in self.args.kinds]
         return self.rng.choices(kinds, [w for k, w in zip(KINDS, WEIGHTS) if k in kinds])[0]
 
-    def progress(self) -> float:
-        """The largest fraction of its iterations any trial has written (0 before any)."""
+    def trial_progress(self) -> dict:
+        """{trial id: the fraction of its iterations written} ({} before any row)."""
         try:
             table = pq.read_table(Path(self.args.out) / "soak" / "iterations.parquet",
-                                  columns=["iteration"])
+                                  columns=["trial_id", "iteration"])
         except (OSError, KeyError):  # not written yet, or being replaced right now
-            return 0.0
-        return max(table["iteration"].to_pylist() or [0]) / self.args.iterations
+            return {}
+        out: dict = {}
+        for tid, it in zip(table["trial_id"].to_pylist(), table["iteration"].to_pylist()):
+            out[tid] = max(out.get(tid, 0.0), it / self.args.iterations)
+        return out
+
+    def progress(self) -> float:
+        """The largest fraction of its iterations any trial has written (0 before any)."""
+        return max(self.trial_progress().values(), default=0.0)
+
+    def in_tail(self) -> list[str]:
+        """Trials whose processes a kill must not hit now: past --quiet-tail of their
+        iterations, and not TAIL_GRACE_S past the moment their last row was seen."""
+        now, tail = time.time(), []
+        for tid, done in self.trial_progress().items():
+            if done >= 1.0:
+                self.seen_done.setdefault(tid, now)
+                if now - self.seen_done[tid] < TAIL_GRACE_S:
+                    tail.append(tid)
+            elif done >= self.args.quiet_tail:
+                tail.append(tid)
+        return tail
+
+    def wait_for_no_tail(self, until: float) -> None:
+        while self.in_tail() and time.time() < until and self.driver.poll() is None:
+            time.sleep(1)
 
     def victims(self, kind: str) -> list[psutil.Process]:
         wait_until = time.time() + (VICTIM_WAIT_S if self.args.each_kind else 0.0)
@@ -222,6 +252,7 @@ class Soak:
 
         while injecting():
             time.sleep(self.rng.uniform(self.args.min_gap, self.args.max_gap))
+            self.wait_for_no_tail(end if not self.first else self.deadline)
             if injecting():
                 self.inject()
         # Faults over: let the sweep finish (resuming it while trials remain unfinished).
@@ -331,8 +362,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--each-kind", action="store_true",
                    help="the first faults are one of each kind (seeded order), each waiting up "
                         f"to {VICTIM_WAIT_S:.0f} s for a process to kill")
-    p.add_argument("--stop-at-progress", type=float, default=1.0,
-                   help="end the faults once a trial is past this fraction of its iterations")
+    p.add_argument("--stop-at-progress", type=float, default=float("inf"),
+                   help="end the faults once a trial is past this fraction of its iterations "
+                        "(default: never; they end after --minutes or with the sweep)")
+    p.add_argument("--quiet-tail", type=float, default=0.95,
+                   help="no fault while a trial is past this fraction of its iterations and "
+                        f"until {TAIL_GRACE_S:.0f} s after its last (its processes end anyway)")
     p.add_argument("--deadline-minutes", type=float, default=240.0,
                    help="the whole soak's limit: past it the sweep is stopped and the soak fails")
     args = p.parse_args(argv)
