@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from distppo.telemetry import schema
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # 4 logical CPUs on a 2-core machine: runs with 2 runners + 1 learner must fit; Ray's CPU
 # count is bookkeeping, over-subscription only slows things down.
@@ -31,6 +33,47 @@ def ray_cluster():
     yield ctx
     os.environ.pop("RAY_ADDRESS", None)
     ray.shutdown()
+
+
+def make_row(iteration: int, run_id: str = "Breakout__t__1__0", **over) -> dict:
+    """A complete valid row whose float values encode the iteration, so mix-ups show."""
+    row = {c.name: float(iteration) + 0.25 for c in schema.COLUMNS if c.dtype == schema._F}
+    row.update(run_id=run_id, env_id="BreakoutNoFrameskip-v4", algo="ppo", backend="envpool",
+               seed=1, iteration=iteration, global_step=1024 * iteration, episodes=iteration % 3,
+               num_env_runners=2, num_learners=1, learner_threads=2, runner_threads=1,
+               policy_lag=0, runner_restarts=0, learner_recoveries=0)
+    row.update(over)
+    return row
+
+
+def _refuse_process(*args, **kwargs):
+    raise RuntimeError("the unit tier starts no process: move this test to tests/integration")
+
+
+@pytest.fixture(autouse=True)
+def _unit_tier_has_no_ray_and_no_subprocess(request, monkeypatch):
+    """tests/unit runs in under a minute anywhere: Ray and subprocesses are blocked there, so a
+    test that needs either fails at once (it belongs in tests/integration)."""
+    if Path(REPO, "tests", "unit") in Path(request.node.path).parents:
+        monkeypatch.setattr(subprocess.Popen, "__init__", _refuse_process)
+        monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` raises ImportError
+    yield
+
+
+_TIER_SECONDS: dict = {}
+
+
+def pytest_runtest_logreport(report):
+    parts = report.nodeid.split("/")
+    tier = parts[1] if len(parts) > 2 and parts[0] == "tests" else "other"
+    _TIER_SECONDS[tier] = _TIER_SECONDS.get(tier, 0.0) + report.duration
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Seconds spent per tier (setup, call and teardown of its tests), for the README's table."""
+    if _TIER_SECONDS:
+        terminalreporter.write_line("time per tier: " + ", ".join(
+            f"{tier} {seconds:,.0f} s" for tier, seconds in sorted(_TIER_SECONDS.items())))
 
 
 @pytest.fixture

@@ -99,7 +99,7 @@ def test_sigterm_raises_terminated_or_calls_the_sigint_handler_and_is_remembered
     """errors.stop_on_sigterm, in this process: SIGTERM raises Terminated (a KeyboardInterrupt)
     or, where a SIGINT handler of its own is set (Tune's graceful stop), calls that; either way
     sigterm_received() says so, as Ray re-raises a handler's exception as a bare
-    KeyboardInterrupt (tests/test_train_runs.py sends SIGTERM to real runs)."""
+    KeyboardInterrupt (tests/e2e/test_train_runs.py sends SIGTERM to real runs)."""
     import os
     import signal
     import time

@@ -8,7 +8,7 @@ import torch
 
 from conftest import run_cli
 
-GOLDEN = Path(__file__).parent / "data" / "golden"
+GOLDEN = Path(__file__).resolve().parents[1] / "data" / "golden"
 COMMON = ["--num-envs", "4", "--num-steps", "32", "--num-minibatches", "2", "--update-epochs",
           "2", "--total-timesteps", "384", "--num-threads", "1", "--seed", "1",
           # the files hold CleanRL's memory layout; channels_last rounds differently

@@ -303,11 +303,12 @@ def test_two_writers_of_one_run_never_collide(tmp_path):
 def test_files_are_fsynced_before_they_are_renamed(tmp_path, monkeypatch):
     """A rename is atomic, but only a synced file survives a power cut as the new content."""
     import torch
-    from test_metrics import make_row
 
     from distppo.core.checkpoint import save_checkpoint
     from distppo.telemetry.parquet import ParquetSink
     from distppo.telemetry.runinfo import write_config_json
+
+    from conftest import make_row
 
     synced, order = set(), []
     real_fsync, real_replace = os.fsync, os.replace

@@ -5,7 +5,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parents[1] / "distppo"
+PACKAGE = Path(__file__).resolve().parents[2] / "distppo"
 
 # Bottom to top; a module may import its own layer and the layers below it, never above.
 LAYERS = [
@@ -62,7 +62,7 @@ def layer_of(module: str) -> int:
     for rank, names in enumerate(LAYERS):
         if top in names:
             return rank
-    raise AssertionError(f"{module} is in no layer of tests/test_layering.py: add it")
+    raise AssertionError(f"{module} is in no layer of tests/integration/test_layering.py: add it")
 
 
 def test_import_graph_has_no_cycle():
@@ -126,3 +126,31 @@ def test_local_training_runs_without_ray(tmp_path):
             f" '--total-timesteps', '64', '--output-dir', r'{tmp_path}']))\n")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
+
+
+# --- the telemetry layer's own imports (moved from the unit tier: they start a process) ---
+
+
+def test_tensorboard_files_need_no_tensorboard_package(tmp_path):
+    # a None entry in sys.modules makes `import tensorboard` raise ImportError
+    code = ("import sys; sys.modules['tensorboard'] = None\n"
+            "from distppo.telemetry.tensorboard import TensorBoardWriter\n"
+            f"tb = TensorBoardWriter(r'{tmp_path}')\n"
+            "tb.add_hparams_text({'seed': 1})\n"
+            "tb.close()\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    ea = EventAccumulator(str(tmp_path))
+    ea.Reload()
+    text = ea.Tensors("hyperparameters/text_summary")[0].tensor_proto.string_val[0].decode()
+    assert text == "|param|value|\n|-|-|\n|seed|1|"
+
+def test_metrics_is_ray_free_and_light():
+    code = ("import sys, distppo.telemetry.schema, distppo.telemetry.parquet, "
+            "distppo.telemetry.tensorboard, distppo.telemetry.stats, distppo.telemetry.progress; "
+            "print(sorted(m for m in ('ray', 'torch') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=PACKAGE.parent, capture_output=True,
+                         text=True, check=True).stdout
+    assert out.strip() == "[]"
