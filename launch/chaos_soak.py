@@ -14,8 +14,12 @@ the sweep is left:
   (`runner_restarts`, per run) and runner kills; learner recoveries (`learner_recoveries`, per
   run) and learner kills; trial restarts (trials.parquet `restarts`) and trial-process kills.
   A driver kill stops its trials without failing them: their resume is no trial restart.
-  Counts survive roll-backs through each run's fault log (telemetry/faultlog.py);
-  `--counts at-most` accepts fewer counted than killed;
+  Counts survive roll-backs through each run's fault log (telemetry/faultlog.py). A learner
+  death past MAX_LEARNER_RECOVERIES in one trial process (core/loop.py) fails the trial, and
+  Tune restarts it: that kill is counted once, as a trial restart whose error (the trial's
+  error.txt) is the learners' give-up, so the audit books it as the learner kill it is.
+  `--counts at-most` accepts fewer counted than killed; `--audit-only` audits a finished soak
+  folder again;
 - every kind of fault asked for was injected at least once: a kind whose process title stops
   matching (TITLES) would otherwise kill nothing, silently;
 - no process carrying the soak's marker (its environment) runs afterwards.
@@ -43,6 +47,7 @@ from __future__ import annotations
 import argparse
 import os
 import random
+import re
 import secrets
 import shutil
 import signal
@@ -65,6 +70,8 @@ TITLES = {"runner": "ray::EnvRunner", "learner": "ray::Learner", "trial": "ray::
 KINDS = ("runner", "learner", "trial", "driver")
 WEIGHTS = (4, 2, 2, 1)
 VICTIM_WAIT_S = 60.0  # --each-kind: how long a chosen kind may have no process to kill
+# The error Tune records when a trial process gave up on its learners (core/loop.py)
+GIVE_UP = re.compile(r"LearnerFailure: learners died \d+ times; giving up$", re.M)
 TAIL_GRACE_S = 30.0  # a trial's processes outlive its last row by its final checkpoint + teardown
 
 
@@ -233,6 +240,14 @@ class Soak:
             time.sleep(1)
         return left
 
+    def reaudit(self) -> int:
+        """--audit-only: audit the soak already in --out again, its kills read from its
+        faults.log; processes left and faults that found no process are its own table's."""
+        for line in (Path(self.args.out) / "faults.log").read_text().splitlines():
+            _, _, kind, _, _ = line.split()  # HH:MM:SS SIGKILL <kind> pid <pid>
+            self.kills[kind] += 1
+        return self.audit(0, [])
+
     def run(self) -> int:
         self.start_head()
         try:
@@ -297,6 +312,12 @@ class Soak:
         runner_counted = sum(v for (_, c), v in last.items() if c == "runner_restarts")
         learner_counted = sum(v for (_, c), v in last.items() if c == "learner_recoveries")
         trial_counted = sum(t["restarts"] for t in trials)
+        # A learner death past MAX_LEARNER_RECOVERIES in one trial process fails the trial, and
+        # Tune restarts it: that kill is counted once, as a trial restart whose error is the
+        # learners' give-up (the sweep's --max-failures 1000 restarts every failed trial).
+        give_ups = sum(len(GIVE_UP.findall(path.read_text(errors="replace")))
+                       for path in out.glob("*/error.txt"))
+        learner_counted, trial_counted = learner_counted + give_ups, trial_counted - give_ups
         counted = (runner_counted, learner_counted, trial_counted)
         killed = (self.kills["runner"], self.kills["learner"], self.kills["trial"])
         counts_ok = counted == killed if self.args.counts == "exact" else \
@@ -310,7 +331,9 @@ class Soak:
             ("env runners killed / runner_restarts counted",
              f"{self.kills['runner']} / {runner_counted}"),
             ("learners killed / learner_recoveries counted",
-             f"{self.kills['learner']} / {learner_counted}"),
+             f"{self.kills['learner']} / {learner_counted}"
+             + (f" ({give_ups} of them the learners' give-up, restarted as its trial)"
+                if give_ups else "")),
             ("trial processes killed / trial restarts counted",
              f"{self.kills['trial']} / {trial_counted}"),
             ("drivers killed and resumed", self.kills["driver"]),
@@ -370,9 +393,13 @@ def main(argv: list[str] | None = None) -> int:
                         f"until {TAIL_GRACE_S:.0f} s after its last (its processes end anyway)")
     p.add_argument("--deadline-minutes", type=float, default=240.0,
                    help="the whole soak's limit: past it the sweep is stopped and the soak fails")
+    p.add_argument("--audit-only", action="store_true",
+                   help="audit the soak already in --out again (give its --iterations, "
+                        "--num-envs and --num-steps if not the defaults); starts nothing")
     args = p.parse_args(argv)
     os.makedirs(args.out, exist_ok=True)
-    return Soak(args).run()
+    soak = Soak(args)
+    return soak.reaudit() if args.audit_only else soak.run()
 
 
 if __name__ == "__main__":
