@@ -9,7 +9,7 @@ import time
 import pandas as pd
 import pytest
 
-from distppo.config import TrainConfig
+from distppo.config import RESUME_SAFE, TrainConfig
 from distppo.core.backend import LocalBackend
 from distppo.core.loop import train
 from distppo.errors import ConfigError, StorageError, UserError
@@ -160,7 +160,11 @@ def test_resume_refuses_a_changed_flag_and_extends_total_timesteps(tmp_path):
 
     # argparse wraps lines at hyphens: compare with all whitespace removed
     help_text = "".join(run_cli("train", "--help", timeout=60).stdout.split())
-    assert "--total-timesteps(largeronly),--local,--device," in help_text
+    assert "flagsitmaychange:--total-timesteps(largeronly),--capture-video," in help_text
+    listed = help_text[help_text.index("flagsitmaychange:"):help_text.index(";anyother")]
+    assert sorted(listed.split(":", 1)[1].split(",")) == sorted(
+        "--total-timesteps(largeronly)" if n == "total_timesteps" else "--" + n.replace("_", "-")
+        for n in RESUME_SAFE)
 
 
 # --- --keep-checkpoints (item 8) --------------------------------------------------------------
@@ -278,7 +282,7 @@ WRITER = """
 import sys, torch
 from distppo.core.checkpoint import save_checkpoint, load_checkpoint
 from distppo.telemetry.runinfo import write_config_json
-from distppo.config import TrainConfig
+from distppo.config import RESUME_SAFE, TrainConfig
 run_dir, tag = sys.argv[1], int(sys.argv[2])
 state = {"learner": {"w": torch.full((20000,), float(tag))}, "iteration": 1, "global_step": 1}
 cfg = TrainConfig()
