@@ -108,14 +108,19 @@ def test_only_connect_starts_ray():
     assert callers == ["distppo.distributed.connect"]
 
 
+def run_python(code: str) -> None:
+    """`code` in a fresh interpreter, which must exit 0 (its modules loaded from scratch)."""
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+
+
 def test_core_envs_telemetry_report_import_without_ray():
     # a None entry in sys.modules makes any `import ray` raise ImportError
     modules = sorted(m for m in graph() if m.split(".")[1:2]
                      and m.split(".")[1] in RAY_FREE_PACKAGES)
     assert "distppo.core.loop" in modules and "distppo.report.write" in modules
     code = "import sys; sys.modules['ray'] = None\n" + "".join(f"import {m}\n" for m in modules)
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    run_python(code)
 
 
 def test_local_training_runs_without_ray(tmp_path):
@@ -124,11 +129,10 @@ def test_local_training_runs_without_ray(tmp_path):
             f"sys.exit(main(['train', '--local', '--env-id', 'CartPole-v1', '--backend', 'gym',"
             f" '--num-envs', '2', '--num-steps', '16', '--num-minibatches', '2',"
             f" '--total-timesteps', '64', '--output-dir', r'{tmp_path}']))\n")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    run_python(code)
 
 
-# --- the telemetry layer's own imports (moved from the unit tier: they start a process) ---
+# --- the telemetry layer's own imports (they start a process: not in the unit tier) ---
 
 
 def test_tensorboard_files_need_no_tensorboard_package(tmp_path):
@@ -138,9 +142,7 @@ def test_tensorboard_files_need_no_tensorboard_package(tmp_path):
             f"tb = TensorBoardWriter(r'{tmp_path}')\n"
             "tb.add_hparams_text({'seed': 1})\n"
             "tb.close()\n")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=120)
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    run_python(code)
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
     ea = EventAccumulator(str(tmp_path))
     ea.Reload()
