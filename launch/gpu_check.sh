@@ -78,4 +78,34 @@ for cells in rows:
     ratio = f"  {sps / base:4.2f}x baseline" if base else ""
     print(f"{cells[1]:24s} {sps:8,.0f} SPS -> 10M steps in {1e7 / sps / 60:6.1f} min{ratio}")
 PY
+
+# Sweep packing (docs/benchmarks.md "Sweep packing"): PACK trials at once on this node, each a
+# --local run on its own NPROC/PACK cores with the learner on the shared GPU, against one such
+# run with every core; the aggregate SPS is what --trials-per-node auto bets on.
+PACK=${PACK:-4}
+if (( SECONDS - start > BUDGET_S )); then
+  echo "skipped (budget): packed x$PACK"
+else
+  per=$(( $(nproc) / PACK ))
+  pack_run() {  # name cores threads
+    timeout -k 10 "$PER_RUN_S" taskset -c "$2" "$PYTHON" -m distppo train --local \
+      --env-id Breakout-v5 --backend "$BACKEND" --total-timesteps "$STEPS" --num-threads "$3" \
+      --output-dir "$tmp/pack" --run-name "$1" --log-every 100000 > "$tmp/$1.log" 2>&1
+  }
+  last_sps() {  # the run's last row's SPS
+    "$PYTHON" -c "import pandas, sys; print(round(pandas.read_parquet(sys.argv[1])['sps'].iloc[-1]))" \
+      "$tmp/pack/$1/metrics.parquet" 2>/dev/null || echo 0
+  }
+  pack_run alone "0-$(( $(nproc) - 1 ))" "$(nproc)"
+  alone=$(last_sps alone)
+  for i in $(seq 0 $(( PACK - 1 ))); do
+    pack_run "packed$i" "$(( i * per ))-$(( i * per + per - 1 ))" "$per" &
+  done
+  wait
+  total=0
+  for i in $(seq 0 $(( PACK - 1 ))); do total=$(( total + $(last_sps "packed$i") )); done
+  echo "packing: 1 run on $(nproc) cores $alone SPS; $PACK runs of $per cores on one GPU, " \
+       "$total SPS together"
+  echo "| packing | 1 x $(nproc) cores: $alone SPS | $PACK x $per cores: $total SPS |" >> "$OUT"
+fi
 rm -rf "$tmp"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from typing import Literal
 
 from distppo.config.experiment import sweep_line
 from distppo.config.sections import flag_name
@@ -34,6 +35,11 @@ class SweepConfig:
     """most trials running at once; 0 = as many as the cluster's free resources allow"""
     max_failures: int = 2
     """times a crashed trial restarts from its last checkpoint before it counts as failed"""
+    trials_per_node: int | Literal["auto"] = "auto"
+    """trials one node runs at once; their default CPU reservations (and learner GPUs when
+    auto) grow or shrink to share the node evenly. auto: on a node with GPUs that the learners
+    use, one trial per 4 CPUs, at most 4 per GPU (16 CPUs + 1 GPU: 4 trials of 4 CPUs and 0.25
+    GPU); on CPUs, as many as the reservations fit (docs/benchmarks.md "Sweep packing")"""
     trial_cpus: float = 1.0
     """CPUs reserved for each trial's own process: the training loop (runners and learner get
     their own bundles), or the whole run with --local"""
@@ -45,6 +51,12 @@ class SweepConfig:
         self.validate()
 
     def validate(self) -> None:
+        if isinstance(self.trials_per_node, str) and self.trials_per_node.strip().isdigit():
+            object.__setattr__(self, "trials_per_node", int(self.trials_per_node))
+        if self.trials_per_node != "auto" and not (
+                isinstance(self.trials_per_node, int) and self.trials_per_node > 0):
+            raise ConfigError(f"--trials-per-node must be auto or a number > 0, got "
+                              f"{self.trials_per_node!r}")
         for key, flag in (("games", "--games"), ("seeds", "--seeds"), ("algos", "--algo")):
             values = getattr(self, key)
             if not values:

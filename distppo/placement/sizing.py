@@ -50,7 +50,7 @@ def ray_threads(cfg: TrainConfig, cpus: float) -> Threads:
     r, lr = cfg.runner, cfg.learner
     if r.num_threads != "auto":
         return Threads(r.num_threads, r.num_threads)
-    cpus = max(1, int(cpus))
+    cpus = max(1, int(cpus + 1e-6))  # a packed trial's 1.34 + 1.33 + 1.33 CPUs are 4
     n, m = r.num_env_runners, lr.num_learners
     if not r.overlap:
         return Threads(max(1, cpus // m), max(1, cpus // n))
@@ -174,6 +174,21 @@ def fit_trial(train: TrainConfig, trial_cpus: float, nodes: list[dict]
     have = max((res.get("CPU", 0.0) for res in hosts), default=0.0)
     if not hosts or need <= have + 1e-9:
         return train, trial_cpus, ""
+    shrunk, new_trial_cpus, parts = scale_reservations(train, trial_cpus, have)
+    if not parts:
+        return train, trial_cpus, ""
+    after = sum(b.get("CPU", 0.0) for b in trial_bundles(shrunk, new_trial_cpus))
+    return shrunk, new_trial_cpus, (
+        f"each trial asks for {need:g} CPU but the largest node has {have:g}: its default "
+        f"reservations shrink to {parts} CPU (trial total {after:g})")
+
+
+def scale_reservations(train: TrainConfig, trial_cpus: float, target: float
+                       ) -> tuple[TrainConfig, float, str]:
+    """The trial's default CPU reservations (trial process, learners, runners: those still at
+    their defaults) scaled by one factor, up or down, so that its placement group reserves
+    `target` CPUs, or as close as the reservations set to other values allow; returns (config,
+    trial cpus, the new defaults as text, or "" when none could change)."""
     r, lr = train.runner, train.learner
     default = {"trial": _default(SweepConfig, "trial_cpus"),
                "runner": _default(type(r), "runner_cpus"),
@@ -184,20 +199,91 @@ def fit_trial(train: TrainConfig, trial_cpus: float, nodes: list[dict]
     free = [k for k in given if given[k] == default[k] and counts[k]]
     fixed = sum(given[k] * counts[k] for k in given if k not in free)
     shrinkable = sum(given[k] * counts[k] for k in free)
-    if not free or have - fixed <= 0:
+    if not free or target - fixed <= 0:
         return train, trial_cpus, ""
-    scale = (have - fixed) / shrinkable
-    # two decimals, rounded down, so the shrunk bundles never add up to more than the node
-    new = {k: max(0.01, math.floor(v * scale * 100) / 100) if k in free else v
+    scale = (target - fixed) / shrinkable
+    # two decimals, rounded down, so the scaled bundles never add up to more than the target
+    new = {k: max(0.01, math.floor(v * scale * 100 + 1e-6) / 100) if k in free else v
            for k, v in given.items()}
-    shrunk = dataclasses.replace(
+    scaled = dataclasses.replace(
         train, runner=dataclasses.replace(r, runner_cpus=new["runner"]),
         learner=dataclasses.replace(lr, learner_cpus=new["learner"]))
-    after = sum(b.get("CPU", 0.0) for b in trial_bundles(shrunk, new["trial"]))
     parts = ", ".join(f"{k} {new[k]:g}" for k in ("trial", "learner", "runner") if k in free)
-    return shrunk, new["trial"], (
-        f"each trial asks for {need:g} CPU but the largest node has {have:g}: its default "
-        f"reservations shrink to {parts} CPU (trial total {after:g})")
+    return scaled, new["trial"], parts
+
+
+# Sweep packing on a node with GPUs (docs/benchmarks.md "Sweep packing"): one trial per
+# CPUS_PER_GPU_TRIAL CPUs, the same share as one auto env runner, and at most TRIALS_PER_GPU
+# trials taking turns on each GPU.
+CPUS_PER_GPU_TRIAL = CPUS_PER_AUTO_RUNNER
+TRIALS_PER_GPU = 4
+
+
+def learners_use_gpus(train: TrainConfig, node_gpus: float) -> bool:
+    """Whether a trial's learners take GPUs on a node with `node_gpus`: learner_gpus given > 0,
+    or auto with a GPU there and CUDA allowed (not --device cpu or --no-cuda)."""
+    lr = train.learner
+    if lr.learner_gpus != "auto":
+        return lr.learner_gpus > 0
+    return node_gpus > 0 and lr.device != "cpu" and lr.cuda
+
+
+def auto_trials_per_node(node_cpus: float, node_gpus: float) -> int:
+    """--trials-per-node auto on a node whose GPUs the learners use: as many trials per GPU as
+    the node's CPUs per GPU hold at CPUS_PER_GPU_TRIAL each, 1 to TRIALS_PER_GPU, times its
+    whole GPUs (a fraction of one GPU: 1 trial)."""
+    whole = int(node_gpus + 1e-9)
+    if whole < 1:
+        return 1
+    per_gpu = int(node_cpus / whole // CPUS_PER_GPU_TRIAL)
+    return max(1, min(per_gpu, TRIALS_PER_GPU)) * whole
+
+
+def largest_node(nodes: list[dict]) -> dict:
+    """The resources of the alive node with the most GPUs, then CPUs ({} when none is alive)."""
+    alive = [n["Resources"] for n in nodes if n.get("Alive")]
+    return max(alive, key=lambda res: (res.get("GPU", 0.0), res.get("CPU", 0.0)), default={})
+
+
+def pack_node(train: TrainConfig, trial_cpus: float, node: dict, asked: int | str
+              ) -> tuple[TrainConfig, float, str] | None:
+    """A trial's config and CPUs when `asked` (--trials-per-node) trials share `node` evenly:
+    auto packs only a node whose GPUs the learners use (None otherwise: the reservations stay
+    as given). Learner GPUs auto become the node's GPUs / trials (four decimals, rounded down,
+    so that whole GPUs hold their trials); default CPU reservations grow or shrink to the
+    node's CPUs / trials. Returns (config, trial cpus, a sentence saying so)."""
+    cpus, gpus = node.get("CPU", 0.0), node.get("GPU", 0.0)
+    on_gpu = learners_use_gpus(train, gpus)
+    if asked == "auto" and not on_gpu:
+        return None
+    lr = train.learner
+    if asked != "auto":
+        k = int(asked)
+    elif lr.learner_gpus == "auto":
+        k = auto_trials_per_node(cpus, gpus)
+    else:  # learner GPUs given: no more trials than the node's GPUs hold
+        k = max(1, min(auto_trials_per_node(cpus, gpus),
+                       int(gpus / (lr.learner_gpus * lr.num_learners) + 1e-9)))
+    if lr.learner_gpus == "auto":
+        share = math.floor(gpus / k * 10_000) / 10_000 if on_gpu else 0.0
+        train = resolve_gpus(train, share * train.learner.num_learners)
+    train, scaled_cpus, parts = scale_reservations(train, trial_cpus, cpus / k)
+    if "trial" in parts:  # the trial process takes what rounding left, so threads fill the share
+        left = cpus / k - sum(b.get("CPU", 0.0) for b in trial_bundles(train, scaled_cpus))
+        scaled_cpus = math.floor((scaled_cpus + left) * 100 + 1e-6) / 100
+    trial_cpus = scaled_cpus
+    bundles = trial_bundles(train, trial_cpus)
+    need = {key: sum(b.get(key, 0.0) for b in bundles) for key in ("CPU", "GPU")}
+    if trials_per_node(bundles, node) < k:
+        raise UserError(
+            f"--trials-per-node {k}: each trial reserves {need['CPU']:g} CPU + "
+            f"{need['GPU']:g} GPU, so a node of {cpus:g} CPU + {gpus:g} GPU holds only "
+            f"{trials_per_node(bundles, node)}: lower --trials-per-node or the reservations "
+            "you set (--learner-gpus, --runner-cpus, --learner-cpus, --trial-cpus)")
+    return train, trial_cpus, (
+        f"a node of {cpus:g} CPU + {gpus:g} GPU runs {k} trial{'s' * (k != 1)} at once "
+        f"(--trials-per-node "
+        f"{asked}): each reserves {need['CPU']:g} CPU + {need['GPU']:g} GPU")
 
 
 def _default(cls, name: str):
@@ -236,13 +322,19 @@ def trials_per_node(bundles: list[dict], node: dict) -> int:
 def fit_sweep(cfg: SweepConfig, nodes: list[dict], cluster_gpus: float
               ) -> tuple[SweepConfig, str]:
     """The sweep as its trials run on a cluster of `nodes` (ray.nodes()-shaped records) with
-    `cluster_gpus` GPUs: env runners auto = 1, learner GPUs resolved, default CPU reservations
-    shrunk to the largest node (fit_trial; the sentence saying so, or ""), a --local trial's
-    threads = its CPUs.
+    `cluster_gpus` GPUs: env runners auto = 1; on a node whose GPUs the learners use, or with
+    --trials-per-node given, the trials share the largest node evenly (pack_node); else learner
+    GPUs resolved and default CPU reservations shrunk to the largest node (fit_trial); a --local
+    trial's threads = its CPUs. Returns the sweep and the sentence saying what changed, or "".
     `distppo sweep` calls it with the live cluster, `distppo plan` with the planned one."""
     # a trial's runners are part of the reservation the sweep packs by: auto is 1 runner there
-    train = resolve_gpus(resolve_runners(cfg.train, 0.0), cluster_gpus)
-    train, trial_cpus, said = fit_trial(train, cfg.trial_cpus, nodes)
+    train = resolve_runners(cfg.train, 0.0)
+    packed = pack_node(train, cfg.trial_cpus, largest_node(nodes), cfg.trials_per_node)
+    if packed is not None:
+        train, trial_cpus, said = packed
+    else:
+        train, trial_cpus, said = fit_trial(resolve_gpus(train, cluster_gpus), cfg.trial_cpus,
+                                            nodes)
     if train.local and train.runner.num_threads == "auto":
         train = train.replace(num_threads=max(1, round(trial_cpus)))
     return dataclasses.replace(cfg, train=train, trial_cpus=trial_cpus), said

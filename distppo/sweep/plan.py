@@ -167,8 +167,10 @@ def make_plan(sweep: SweepConfig, cluster: Cluster, rates: Optional[Rates],
                f"min {min(minutes):,.1f}, max {max(minutes):,.1f}; {source}"),
         Figure("makespan", makespan_h, "h",
                f"LPT list scheduling of the {n} trials onto {slots} slots; trials sharing a "
-               "node do not slow each other; no failures or restarts; excludes cluster and "
-               "Ray start-up"),
+               "node do not slow each other"
+               + (" (trials sharing a GPU take turns on it: not yet measured)"
+                  if 0 < need["GPU"] < 1 else "")
+               + "; no failures or restarts; excludes cluster and Ray start-up"),
         Figure("node-hours", node_h, "node-h",
                f"{cluster.nodes} nodes held for the whole makespan"),
         Figure("GPU-hours", node_h * cluster.gpus_per_node, "GPU-h",

@@ -464,6 +464,35 @@ def test_declared_gpus_and_cpus_decide_the_learner_device_and_the_runners(gpu_cl
     assert rows["num_env_runners"].tolist() == [2, 2]
 
 
+def _trial_span(trial_dir) -> tuple[float, float]:
+    """(start, end) unix seconds of a trial, from Tune's result.json."""
+    results = [json.loads(line) for line in (trial_dir / "result.json").read_text().splitlines()]
+    return results[0]["timestamp"] - results[0]["time_total_s"], results[-1]["timestamp"]
+
+
+def test_a_gpu_node_runs_its_packed_trials_side_by_side(gpu_cluster, tmp_path):
+    """--trials-per-node auto on a node of 8 CPUs + 1 GPU: 2 trials of 4 CPUs and half the GPU
+    each, said in one line, and both run at once (the learners stay on the CPU here: this
+    machine has no CUDA, so they reserve their half GPU with --device cpu)."""
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    env = {"RAY_ADDRESS": gpu_cluster.address}
+    proc = run_cli("sweep", "--games", "CartPole-v1", "--seeds", "1", "2", "--backend", "gym",
+                   "--device", "cpu", "--learner-gpus", "0.5", "--num-envs", "4",
+                   "--num-steps", "32", "--num-minibatches", "2", "--update-epochs", "1",
+                   "--total-timesteps", "1024", "--storage", tmp_path, "--name", "packed",
+                   env=env, timeout=420)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    said = [ln for ln in proc.stdout.splitlines() if ln.startswith("sweep: a node")]
+    assert said == ["sweep: a node of 8 CPU + 1 GPU runs 2 trials at once (--trials-per-node "
+                    "auto): each reserves 4 CPU + 0.5 GPU"], proc.stdout
+    rows = pd.read_parquet(tmp_path / "packed" / "iterations.parquet")
+    assert set(rows["learner_threads"]) == {4} and set(rows["runner_threads"]) == {4}
+    (a0, a1), (b0, b1) = (_trial_span(tmp_path / "packed" / f"CartPole-v1__ppo__{seed}")
+                          for seed in (1, 2))
+    assert b0 < a1 and a0 < b1, "the two trials ran one after the other"
+
+
 def test_bench_speed_suite_table(tmp_path):
     """--suite speed on a tiny budget: the baseline first, ratios against it, RSS per row."""
     out = tmp_path / "speed.md"

@@ -8,8 +8,15 @@ import dataclasses
 import pytest
 
 from distppo.config import SweepConfig, TrainConfig
+from distppo.errors import ConfigError, UserError
 from distppo.placement.resolve import ClusterFacts, Placement, resolve
-from distppo.placement.sizing import Threads, fit_sweep, trial_bundles
+from distppo.placement.sizing import (
+    Threads,
+    auto_trials_per_node,
+    fit_sweep,
+    trial_bundles,
+    trials_per_node,
+)
 
 D = TrainConfig()  # CleanRL's 8 envs x 128 steps, 4 minibatches
 
@@ -117,15 +124,20 @@ def _trial(node_cpus: float, node_gpus: float, local: bool):
 
 
 @pytest.mark.parametrize("node, local, bundles, want", [
-    # a Ray trial: trial process, learner, runner, each 1 CPU; the learner takes the GPU
-    ((16, 1), False, [{"CPU": 1.0}, {"CPU": 1.0, "GPU": 1.0}, {"CPU": 1.0}],
-     (1, 3, 3, 0, 1, 1, False, 1.0)),
+    # a Ray trial on a GPU node: 4 trials share it (--trials-per-node auto), each trial
+    # process, learner and runner a third of 4 CPUs (the trial takes the rounding), the
+    # learner a quarter of the GPU; its threads fill the 4 CPUs
+    ((16, 1), False, [{"CPU": 1.34}, {"CPU": 1.33, "GPU": 0.25}, {"CPU": 1.33}],
+     (1, 4, 4, 0, 1, 1, False, 0.25)),
+    # on CPUs the reservations stay as given: 5 trials of 3 CPUs on 16
+    ((16, 0), False, [{"CPU": 1.0}, {"CPU": 1.0, "GPU": 0.0}, {"CPU": 1.0}],
+     (1, 3, 3, 0, 1, 1, True, 0.0)),
     # a 2-CPU node: the default reservations shrink to fit, the trial's threads with them
     ((2, 0), False, [{"CPU": 0.66}, {"CPU": 0.66, "GPU": 0.0}, {"CPU": 0.66}],
      (1, 1, 1, 0, 1, 1, True, 0.0)),
     # a --local trial: one bundle, its threads = its CPUs (within the cores it runs on)
     ((16, 0), True, [{"CPU": 1.0, "GPU": 0.0}], (1, 1, 1, 0, 1, 1, True, 0.0)),
-    ((16, 1), True, [{"CPU": 1.0, "GPU": 1.0}], (1, 1, 1, 0, 1, 1, False, 1.0)),
+    ((16, 1), True, [{"CPU": 4.0, "GPU": 0.25}], (1, 4, 4, 0, 4, 1, False, 0.25)),
 ])
 def test_a_sweep_trial_resolves_inside_its_bundles(node, local, bundles, want):
     fitted, got = _trial(*node, local)
@@ -164,3 +176,51 @@ def test_a_placement_record_of_an_older_run_still_loads():
     assert dataclasses.asdict(info).items() >= old.items()
     assert (info.learner_gpus, info.runner_gpus) == (0.0, 0.0)
     assert "(2 once the runners have delivered), gradients in 2 slices" in info.summary()
+
+
+def _packed(node_cpus: float, node_gpus: float, asked="auto", **train):
+    sweep = SweepConfig(games=("Pong-v5",), seeds=(1,), train=D.replace(**train),
+                        trials_per_node=asked)
+    nodes = [{"Alive": True, "Resources": {"CPU": node_cpus, "GPU": node_gpus}}]
+    fitted, said = fit_sweep(sweep, nodes, node_gpus)
+    bundles = trial_bundles(fitted.train, fitted.trial_cpus)
+    node = {"CPU": node_cpus, "GPU": node_gpus}
+    return trials_per_node(bundles, node), bundles, said
+
+
+@pytest.mark.parametrize("node, want", [
+    ((16, 1), 4), ((12, 1), 3), ((64, 1), 4), ((96, 8), 24), ((16, 8), 8), ((4, 1), 1),
+    ((2, 1), 1), ((16, 0.5), 1),
+])
+def test_auto_packs_a_gpu_node_one_trial_per_4_cpus_at_most_4_per_gpu(node, want):
+    assert auto_trials_per_node(*node) == want
+    per_node, bundles, said = _packed(*node)
+    assert per_node == want, bundles
+    # the trials share the node evenly: GPUs per learner and CPUs per trial add up to the node
+    gpus = sum(b.get("GPU", 0.0) for b in bundles)
+    assert gpus == pytest.approx(node[1] / want, abs=1e-4) and gpus * want <= node[1]
+    cpus = sum(b["CPU"] for b in bundles)
+    assert cpus * want <= node[0] + 1e-9 and cpus >= node[0] / want - 0.02
+    assert f"runs {want} trial" in said
+
+
+def test_packing_on_cpus_only_when_asked_and_never_past_what_a_node_holds():
+    # CPU nodes keep today's reservations under auto: 5 trials of 3 CPUs on 16
+    assert _packed(16, 0)[:2] == (5, [{"CPU": 1.0}, {"CPU": 1.0, "GPU": 0.0}, {"CPU": 1.0}])
+    assert _packed(16, 0)[2] == ""
+    # learners kept off the GPU: the node is a CPU node for the sweep
+    assert _packed(16, 1, device="cpu")[0] == 5
+    # asked: 4 trials of 4 CPUs, reservations scaled up
+    per_node, bundles, _ = _packed(16, 0, asked=4)
+    assert per_node == 4 and sum(b["CPU"] for b in bundles) == pytest.approx(4.0)
+    # learner GPUs given: auto packs as many as the GPUs hold, and gives them the CPUs
+    per_node, bundles, _ = _packed(16, 1, learner_gpus=1.0)
+    assert per_node == 1 and sum(b["CPU"] for b in bundles) == pytest.approx(16.0)
+    assert _packed(16, 2, learner_gpus=0.5)[0] == 4
+    # asked for more than the set reservations allow: one line that says how to fix it
+    with pytest.raises(UserError, match="--trials-per-node 2: each trial reserves 8 CPU"
+                                        " \\+ 1 GPU, so a node of 16 CPU \\+ 1 GPU holds only 1"):
+        _packed(16, 1, asked=2, learner_gpus=1.0)
+    with pytest.raises(ConfigError, match="--trials-per-node must be auto or a number > 0"):
+        _packed(16, 1, asked="0")
+    assert _packed(16, 1, asked="2")[0] == 2  # text from the flag
