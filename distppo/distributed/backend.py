@@ -22,11 +22,21 @@ from distppo.core.backend import BackendInfo
 from distppo.core.rollout import RolloutMeta
 from distppo.distributed.connect import answer_within, connect
 from distppo.distributed.learner import RemoteLearner
-from distppo.distributed.resources import check_cluster_has, cluster_facts, runner_strategy
+from distppo.distributed.resources import (
+    check_cluster_has,
+    cluster_facts,
+    group_strategy,
+    runner_strategy,
+)
 from distppo.distributed.runners import RemoteEnvRunner, job_ended, num_restarts
 from distppo.errors import JobEnded, LearnerFailure, RunnerFailure, UserError, end_now
 from distppo.placement.resolve import Placement, resolve
-from distppo.placement.sizing import required_resources, runner_gpus
+from distppo.placement.sizing import (
+    learner_bundle,
+    required_resources,
+    runner_bundle,
+    runner_gpus,
+)
 from distppo.telemetry.faultlog import OnFault, ignore_fault
 from distppo.testing import faults
 
@@ -51,7 +61,7 @@ class RayBackend:
         self.runners = [
             RemoteEnvRunner.options(num_cpus=r.runner_cpus,
                                     num_gpus=runner_gpus(cfg, 0.0),  # resolved: the number
-                                    scheduling_strategy=runner_strategy(),
+                                    scheduling_strategy=runner_strategy(runner_bundle(cfg, i)),
                                     max_restarts=r.runner_max_restarts, max_task_retries=0
                                     ).remote(cfg, i, video_dir, self.threads.runner)
             for i in range(r.num_env_runners)
@@ -156,6 +166,7 @@ class RayBackend:
     def _start_learners(self) -> list:
         lr = self.cfg.learner
         return [RemoteLearner.options(num_cpus=lr.learner_cpus, num_gpus=lr.learner_gpus,
+                                      scheduling_strategy=group_strategy(learner_bundle(rank)),
                                       max_restarts=0).remote(self.cfg, self.obs_shape,
                                                              self.num_actions, rank,
                                                              self.threads.learner,

@@ -44,10 +44,22 @@ def in_placement_group() -> bool:
     return get_current_placement_group() is not None
 
 
-def runner_strategy():
-    """SPREAD over the cluster, except inside a placement group (a sweep trial): an explicit
-    strategy would take the runners out of the group the trial reserved for them."""
-    from ray.util.placement_group import get_current_placement_group
+def runner_strategy(bundle: int):
+    """SPREAD over the cluster, except inside a placement group (a sweep trial): there, its
+    `bundle` (placement/sizing.py runner_bundle)."""
+    return group_strategy(bundle) or "SPREAD"
+
+
+def group_strategy(bundle: int):
+    """Inside a placement group (a sweep trial): that group's `bundle`, the one trial_bundles
+    laid out for this actor, so that a runner can never take the bundle that holds a learner's
+    GPU (the learner would then wait for it forever); None outside a group, or where the group
+    has no such bundle (any bundle of it, as Ray's default)."""
+    from ray.util.placement_group import get_current_placement_group, placement_group_table
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
     group = get_current_placement_group()
-    return "SPREAD" if group is None else PlacementGroupSchedulingStrategy(group)
+    if group is None:
+        return None
+    if bundle >= len(placement_group_table(group).get("bundles", {})):
+        bundle = -1
+    return PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=bundle)

@@ -158,6 +158,16 @@ def trial_bundles(train: TrainConfig, trial_cpus: float) -> list[dict]:
             + [runner] * runner_count(train))
 
 
+def learner_bundle(rank: int) -> int:
+    """The bundle of trial_bundles that hosts learner `rank`."""
+    return 1 + rank
+
+
+def runner_bundle(train: TrainConfig, index: int) -> int:
+    """The bundle of trial_bundles that hosts env runner `index`."""
+    return 1 + train.learner.num_learners + index
+
+
 def fit_trial(train: TrainConfig, trial_cpus: float, nodes: list[dict]
               ) -> tuple[TrainConfig, float, str]:
     """Shrink the default CPU reservations of one trial (trial process, learners, runners: those
@@ -248,12 +258,13 @@ def largest_node(nodes: list[dict]) -> dict:
 def pack_node(train: TrainConfig, trial_cpus: float, node: dict, asked: int | str
               ) -> tuple[TrainConfig, float, str] | None:
     """A trial's config and CPUs when `asked` (--trials-per-node) trials share `node` evenly:
-    auto packs only a node whose GPUs the learners use (None otherwise: the reservations stay
-    as given). Learner GPUs auto become the node's GPUs / trials (four decimals, rounded down,
-    so that whole GPUs hold their trials); default CPU reservations grow or shrink to the
-    node's CPUs / trials. Returns (config, trial cpus, a sentence saying so)."""
+    auto packs only a node whose GPUs the learners use and that holds the trials (None
+    otherwise: the reservations stay as given). Learner GPUs auto become the node's GPUs /
+    trials (four decimals, rounded down, so that whole GPUs hold their trials); default CPU
+    reservations grow or shrink to the node's CPUs / trials. Returns (config, trial cpus, a
+    sentence saying so)."""
     cpus, gpus = node.get("CPU", 0.0), node.get("GPU", 0.0)
-    on_gpu = learners_use_gpus(train, gpus)
+    on_gpu = learners_use_gpus(train, gpus) and gpus > 0
     if asked == "auto" and not on_gpu:
         return None
     lr = train.learner
@@ -275,6 +286,8 @@ def pack_node(train: TrainConfig, trial_cpus: float, node: dict, asked: int | st
     bundles = trial_bundles(train, trial_cpus)
     need = {key: sum(b.get(key, 0.0) for b in bundles) for key in ("CPU", "GPU")}
     if trials_per_node(bundles, node) < k:
+        if asked == "auto":  # reservations set beyond the node: check_fits says which
+            return None
         raise UserError(
             f"--trials-per-node {k}: each trial reserves {need['CPU']:g} CPU + "
             f"{need['GPU']:g} GPU, so a node of {cpus:g} CPU + {gpus:g} GPU holds only "
