@@ -174,6 +174,11 @@ class RunnerConfig:
     overlap: bool = algorithm(False)
     """runners collect iteration k+1 with weights k while learners update on k (policy lag 1);
     off = CleanRL"""
+    env_groups: int = execution(1)
+    """each env runner's envs in this many groups, stepped alternately: one group's envs step
+    (on their own thread) while the policy acts for the next group. Every env acts with the
+    same weights and seeds as with 1 (the same experiment), but actions are drawn per group,
+    so the random numbers are not CleanRL's; 1 = CleanRL's loop (core/grouped.py)"""
     runner_max_restarts: int = execution(3, resume=True)
     """times Ray restarts a dead env runner; its rollout is re-requested with the same weights"""
     runner_device: str = execution("cpu", resume=True)
@@ -211,6 +216,7 @@ class RunnerConfig:
                               f"{', '.join(RUNNER_DEVICES)}")
         if self.runner_gpus != "auto" and not 0 < self.runner_gpus <= 1:
             raise ConfigError(f"--runner-gpus must lie in (0, 1], got {self.runner_gpus}")
+        positive(self, "env_groups")
         if self.runner_max_restarts < 0:
             raise ConfigError(f"--runner-max-restarts must be >= 0, got {self.runner_max_restarts}")
 

@@ -101,6 +101,11 @@ class TrainConfig:
             raise ConfigError(
                 f"num_envs = {e.num_envs} cannot be split evenly over num_env_runners = "
                 f"{self.runner.num_env_runners}: make num_envs a multiple of it")
+        envs = (e.num_envs if r.num_env_runners == "auto" else e.num_envs // r.num_env_runners)
+        if envs % r.env_groups:
+            raise ConfigError(
+                f"--env-groups {r.env_groups} cannot split the {envs} envs of an env runner "
+                "evenly: make it a divisor of them")
         if p.total_timesteps < self.batch_size:
             raise ConfigError(
                 f"total_timesteps = {p.total_timesteps} is less than one iteration "

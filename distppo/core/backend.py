@@ -102,8 +102,7 @@ class LocalBackend:
         self.malloc_reuse = reuse_freed_memory(cfg.runner.malloc_reuse)
         self.samplers = [make_sampler(cfg, r, video_dir)
                          for r in range(cfg.runner.num_env_runners)]
-        env = self.samplers[0].env
-        self.learner = PPOLearner(cfg, tuple(env.obs_shape), env.num_actions, cfg.seed)
+        self.learner = PPOLearner(cfg, *self.samplers[0].env_spec(), cfg.seed)
         self.timings = {"t_transfer_s": 0.0, "t_wait_s": 0.0}
 
     def describe(self) -> BackendInfo:

@@ -38,6 +38,10 @@ class Sampler:
     def device(self) -> torch.device:
         return self.state.device
 
+    def env_spec(self) -> tuple[tuple, int]:
+        """(observation shape, number of actions) of the envs."""
+        return tuple(self.env.obs_shape), self.env.num_actions
+
     def set_weights(self, state_dict: dict, version: int) -> None:
         self.agent.load_state_dict(state_dict)
         self.weights_version = version
@@ -112,14 +116,16 @@ class GameLog:
         self.envs: list[int] = []
         self.envpool_logged: list | None = None   # EnvPool: a list, even when no game logged
 
-    def add(self, step: int, result) -> None:
+    def add(self, step: int, result, env_offset: int = 0) -> None:
+        """The games of one step's result; its env indices count from `env_offset` (a group
+        of the runner's envs, core/grouped.py)."""
         for ep in result.episodes:
             self.returns.append(float(ep.ret))
             self.lengths.append(int(ep.length))
-            self.envs.append(int(ep.env_index))
+            self.envs.append(int(ep.env_index) + env_offset)
         if result.envpool_logged is not None:
             self.envpool_logged = self.envpool_logged or []
-            self.envpool_logged += [(step, e, r) for e, r in result.envpool_logged]
+            self.envpool_logged += [(step, e + env_offset, r) for e, r in result.envpool_logged]
 
     def fields(self) -> tuple:
         """RolloutMeta's episode_returns, episode_lengths, episode_envs, envpool_logged."""
@@ -136,11 +142,21 @@ def make_sampler(cfg: TrainConfig, runner_index: int, video_dir: str | None = No
     set_torch_deterministic(cfg.torch_deterministic)  # this process's (a Ray env runner's)
     # EnvPool's and ale-py's C++ worker threads: as many as this process's torch threads, the
     # CPUs it owns (placement/resolve.py), so with --overlap stepping stays off the learner's cores.
-    vec_env = make_vector_env(cfg.env.env_id, cfg.env.backend, cfg.runner_num_envs, seed,
-                              frame_stack(cfg.ppo.algo), video_dir if runner_index == 0 else None,
-                              cfg.env.max_episode_steps, num_threads=torch.get_num_threads())
-    agent = make_agent(cfg.ppo.algo, tuple(vec_env.obs_shape), vec_env.num_actions,
+    k = cfg.runner.env_groups
+    per_group = cfg.runner_num_envs // k
+    # group g's env i is seeded seed + g * per_group + i: the seeds of one env of them all
+    groups = [make_vector_env(cfg.env.env_id, cfg.env.backend, per_group, seed + g * per_group,
+                              frame_stack(cfg.ppo.algo),
+                              video_dir if runner_index == 0 and g == 0 else None,
+                              cfg.env.max_episode_steps,
+                              num_threads=max(1, torch.get_num_threads() // k))
+              for g in range(k)]
+    agent = make_agent(cfg.ppo.algo, tuple(groups[0].obs_shape), groups[0].num_actions,
                        cfg.learner.channels_last, cfg.learner.fused_lstm)
     agent.to(torch.device(cfg.runner.runner_device))
-    return Sampler(vec_env, agent, cfg.ppo.num_steps, runner_index, seed,
+    if k > 1:
+        from distppo.core.grouped import GroupedSampler
+        return GroupedSampler(groups, agent, cfg.ppo.num_steps, runner_index, seed,
+                              exact_resets=cfg.ppo.lstm_exact_resets)
+    return Sampler(groups[0], agent, cfg.ppo.num_steps, runner_index, seed,
                    exact_resets=cfg.ppo.lstm_exact_resets)

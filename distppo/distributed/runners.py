@@ -39,7 +39,7 @@ class EnvRunner:
         faults.pause("runner_init")
 
     def env_spec(self) -> tuple[tuple, int]:
-        return tuple(self.sampler.env.obs_shape), self.sampler.env.num_actions
+        return self.sampler.env_spec()
 
     def sample(self, weights: dict, version: int) -> tuple[RolloutMeta, RolloutBatch]:
         """Load the iteration's weights (Ray resolved the one shared object) and collect.
