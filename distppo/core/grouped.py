@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 
 from distppo.core.policy import PolicyState, policy_step, policy_value
-from distppo.core.rollout import RolloutBatch, RolloutMeta
-from distppo.core.sampler import GameLog
+from distppo.core.rollout import GameLog, RolloutBatch, RolloutMeta
 from distppo.envs.types import StepResult
 
 
@@ -71,80 +71,73 @@ class GroupedSampler:
 
     @torch.no_grad()
     def collect(self) -> RolloutBatch:
-        t_steps, n, groups = self.num_steps, self.num_envs, range(len(self.groups))
         start = time.perf_counter()
         if self.next_obs is None:
             self.next_obs = [env.reset() for env in self.groups]
-        t_reset = time.perf_counter() - start
-        obs = np.zeros((t_steps, n) + self.obs_shape, dtype=self.obs_dtype)
-        actions = np.zeros((t_steps, n), dtype=np.int64)
-        logprobs = np.zeros((t_steps, n), dtype=np.float32)
-        values = np.zeros((t_steps, n), dtype=np.float32)
-        rewards = np.zeros((t_steps, n), dtype=np.float32)
-        dones = np.zeros((t_steps, n), dtype=bool)
-        valid = np.ones((t_steps, n), dtype=bool) if self.exact_resets else None
-        initial_lstm_state = None
+        roll = _Rollout.empty(self.num_steps, self.num_envs, self.obs_shape, self.obs_dtype,
+                              self.exact_resets)
+        roll.t_env = time.perf_counter() - start
         if self.states[0].is_lstm:
-            initial_lstm_state = tuple(
+            roll.lstm_state = tuple(
                 np.concatenate([s.lstm[i].cpu().numpy() for s in self.states], axis=1)
                 for i in (0, 1))
-        games = GameLog()
         pending: list = [None] * len(self.groups)
-        t_infer = t_wait = 0.0
-
-        def act(g: int, step: int) -> None:
-            nonlocal t_infer
-            s = self.slices[g]
-            obs[step, s] = self.next_obs[g]
-            dones[step, s] = self.next_done[g]
-            begin = time.perf_counter()
-            action, logprob, value = policy_step(self.agent, self.next_obs[g], self.next_done[g],
-                                                 self.states[g], self.generator)
-            t_infer += time.perf_counter() - begin
-            actions[step, s] = action.numpy()
-            logprobs[step, s] = logprob.numpy()
-            values[step, s] = value.flatten().numpy()
-            pending[g] = self._send(g, actions[step, s])
-
-        def receive(g: int, step: int) -> None:
-            nonlocal t_wait
-            s = self.slices[g]
-            begin = time.perf_counter()
-            result = self._wait(pending[g])
-            t_wait += time.perf_counter() - begin
-            rewards[step, s] = result.reward
-            self.next_obs[g], self.next_done[g] = result.obs, result.done
-            if valid is not None and result.autoreset is not None:
-                # as Sampler.collect: EnvPool reset these envs instead of stepping them
-                valid[step, s] = ~result.autoreset
-                self.next_done[g] = result.done | result.autoreset
-            games.add(step, result, env_offset=s.start)
-
         # Group g acts for step t once its step t-1 is back; meanwhile the other groups' steps
         # run on their threads.
-        for step in range(t_steps):
-            for g in groups:
+        for step in range(self.num_steps):
+            for g in range(len(self.groups)):
                 if step > 0:
-                    receive(g, step - 1)
-                act(g, step)
-        for g in groups:
-            receive(g, t_steps - 1)
+                    self._receive(roll, g, step - 1, pending[g])
+                pending[g] = self._act(roll, g, step)
+        for g in range(len(self.groups)):
+            self._receive(roll, g, self.num_steps - 1, pending[g])
+        return self._batch(roll)
 
+    def _act(self, roll: "_Rollout", g: int, step: int) -> Future | StepResult:
+        """Group g's actions for `step`, sent to its envs; returns the pending step."""
+        s = self.slices[g]
+        roll.obs[step, s] = self.next_obs[g]
+        roll.dones[step, s] = self.next_done[g]
+        begin = time.perf_counter()
+        action, logprob, value = policy_step(self.agent, self.next_obs[g], self.next_done[g],
+                                             self.states[g], self.generator)
+        roll.t_infer += time.perf_counter() - begin
+        roll.actions[step, s] = action.numpy()
+        roll.logprobs[step, s] = logprob.numpy()
+        roll.values[step, s] = value.flatten().numpy()
+        return self._send(g, roll.actions[step, s])
+
+    def _receive(self, roll: "_Rollout", g: int, step: int, pending) -> None:
+        """Group g's env step `step`, once back: rewards, next observations, games."""
+        s = self.slices[g]
+        begin = time.perf_counter()
+        result = self._wait(pending)
+        roll.t_env += time.perf_counter() - begin
+        roll.rewards[step, s] = result.reward
+        self.next_obs[g], self.next_done[g] = result.obs, result.done
+        if roll.valid is not None and result.autoreset is not None:
+            # as Sampler.collect: EnvPool reset these envs instead of stepping them
+            roll.valid[step, s] = ~result.autoreset
+            self.next_done[g] = result.done | result.autoreset
+        roll.games.add(step, result, env_offset=s.start)
+
+    def _batch(self, roll: "_Rollout") -> RolloutBatch:
+        """The rollout with its bootstrap values (same weights, before the update)."""
         begin = time.perf_counter()
         next_value = np.concatenate([
             policy_value(self.agent, self.next_obs[g], self.next_done[g], self.states[g])
-            .flatten().numpy() for g in groups]).astype(np.float32)
-        t_infer += time.perf_counter() - begin
-        next_done = np.concatenate(self.next_done)
-        # t_env_s: what the rollout waited for the envs beyond the policy's time (with overlap,
-        # the env time the policy did not hide)
-        meta = RolloutMeta(t_steps, n, *games.fields(), t_env_s=t_reset + t_wait,
-                           t_infer_s=t_infer, weights_version=self.weights_version,
-                           runner_index=self.runner_index)
+            .flatten().numpy() for g in range(len(self.groups))]).astype(np.float32)
+        roll.t_infer += time.perf_counter() - begin
+        # t_env_s: the reset and what the rollout waited for the envs (with threads, the env
+        # time the policy's forward passes did not hide)
+        meta = RolloutMeta(self.num_steps, self.num_envs, *roll.games.fields(),
+                           t_env_s=roll.t_env, t_infer_s=roll.t_infer,
+                           weights_version=self.weights_version, runner_index=self.runner_index)
+        valid = roll.valid
         return RolloutBatch(
-            obs=obs, actions=actions, logprobs=logprobs, values=values, rewards=rewards,
-            dones=dones, next_value=next_value, next_done=next_done,
-            lstm_state=initial_lstm_state,
+            obs=roll.obs, actions=roll.actions, logprobs=roll.logprobs, values=roll.values,
+            rewards=roll.rewards, dones=roll.dones, next_value=next_value,
+            next_done=np.concatenate(self.next_done), lstm_state=roll.lstm_state,
             valid=None if valid is None or valid.all() else valid, meta=meta)
 
     def close(self) -> None:
@@ -152,3 +145,30 @@ class GroupedSampler:
             self.pool.shutdown(wait=True)
         for env in self.groups:
             env.close()
+
+
+@dataclass
+class _Rollout:
+    """One rollout's arrays as they fill ([T, N, ...], envs in group order) and its timings."""
+    obs: np.ndarray
+    actions: np.ndarray
+    logprobs: np.ndarray
+    values: np.ndarray
+    rewards: np.ndarray
+    dones: np.ndarray
+    valid: np.ndarray | None
+    games: GameLog = field(default_factory=GameLog)
+    lstm_state: tuple | None = None
+    t_env: float = 0.0
+    t_infer: float = 0.0
+
+    @staticmethod
+    def empty(t: int, n: int, obs_shape: tuple, obs_dtype, with_valid: bool) -> "_Rollout":
+        return _Rollout(
+            obs=np.zeros((t, n) + obs_shape, dtype=obs_dtype),
+            actions=np.zeros((t, n), dtype=np.int64),
+            logprobs=np.zeros((t, n), dtype=np.float32),
+            values=np.zeros((t, n), dtype=np.float32),
+            rewards=np.zeros((t, n), dtype=np.float32),
+            dones=np.zeros((t, n), dtype=bool),
+            valid=np.ones((t, n), dtype=bool) if with_valid else None)

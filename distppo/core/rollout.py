@@ -132,3 +132,29 @@ class RolloutBatch:
             lstm_state=lstm, valid=None if self.valid is None else self.valid[:, start:stop],
             meta=meta,
         )
+
+
+class GameLog:
+    """The games that ended during one rollout, for its RolloutMeta."""
+
+    def __init__(self) -> None:
+        self.returns: list[float] = []
+        self.lengths: list[int] = []
+        self.envs: list[int] = []
+        self.envpool_logged: list | None = None   # EnvPool: a list, even when no game logged
+
+    def add(self, step: int, result, env_offset: int = 0) -> None:
+        """The games of one step's result; its env indices count from `env_offset` (a group
+        of the runner's envs, core/grouped.py)."""
+        for ep in result.episodes:
+            self.returns.append(float(ep.ret))
+            self.lengths.append(int(ep.length))
+            self.envs.append(int(ep.env_index) + env_offset)
+        if result.envpool_logged is not None:
+            self.envpool_logged = self.envpool_logged or []
+            self.envpool_logged += [(step, e + env_offset, r) for e, r in result.envpool_logged]
+
+    def fields(self) -> tuple:
+        """RolloutMeta's episode_returns, episode_lengths, episode_envs, envpool_logged."""
+        logged = None if self.envpool_logged is None else tuple(self.envpool_logged)
+        return tuple(self.returns), tuple(self.lengths), tuple(self.envs), logged

@@ -11,9 +11,10 @@ import numpy as np
 import torch
 
 from distppo.config import TrainConfig
+from distppo.core.grouped import GroupedSampler
 from distppo.core.models import make_agent
 from distppo.core.policy import PolicyState, policy_step, policy_value
-from distppo.core.rollout import RolloutBatch, RolloutMeta
+from distppo.core.rollout import GameLog, RolloutBatch, RolloutMeta
 from distppo.core.seeds import env_seed, set_torch_deterministic
 from distppo.envs.factory import frame_stack, make_vector_env
 
@@ -107,32 +108,6 @@ class Sampler:
         self.env.close()
 
 
-class GameLog:
-    """The games that ended during one rollout, for its RolloutMeta."""
-
-    def __init__(self) -> None:
-        self.returns: list[float] = []
-        self.lengths: list[int] = []
-        self.envs: list[int] = []
-        self.envpool_logged: list | None = None   # EnvPool: a list, even when no game logged
-
-    def add(self, step: int, result, env_offset: int = 0) -> None:
-        """The games of one step's result; its env indices count from `env_offset` (a group
-        of the runner's envs, core/grouped.py)."""
-        for ep in result.episodes:
-            self.returns.append(float(ep.ret))
-            self.lengths.append(int(ep.length))
-            self.envs.append(int(ep.env_index) + env_offset)
-        if result.envpool_logged is not None:
-            self.envpool_logged = self.envpool_logged or []
-            self.envpool_logged += [(step, e + env_offset, r) for e, r in result.envpool_logged]
-
-    def fields(self) -> tuple:
-        """RolloutMeta's episode_returns, episode_lengths, episode_envs, envpool_logged."""
-        logged = None if self.envpool_logged is None else tuple(self.envpool_logged)
-        return tuple(self.returns), tuple(self.lengths), tuple(self.envs), logged
-
-
 def make_sampler(cfg: TrainConfig, runner_index: int, video_dir: str | None = None,
                  incarnation: int = 0) -> Sampler:
     """Runner r's vector env (its seeds derived from the base seed and, for a runner rebuilt
@@ -155,7 +130,6 @@ def make_sampler(cfg: TrainConfig, runner_index: int, video_dir: str | None = No
                        cfg.learner.channels_last, cfg.learner.fused_lstm)
     agent.to(torch.device(cfg.runner.runner_device))
     if k > 1:
-        from distppo.core.grouped import GroupedSampler
         return GroupedSampler(groups, agent, cfg.ppo.num_steps, runner_index, seed,
                               exact_resets=cfg.ppo.lstm_exact_resets)
     return Sampler(groups[0], agent, cfg.ppo.num_steps, runner_index, seed,
