@@ -48,11 +48,12 @@ class SweepConfig:
     (after a new trial checkpoint), so `distppo report` works on a running or killed sweep"""
 
     def __post_init__(self) -> None:
+        # "2" from the command line and 2 from a stored sweep are the same setting
+        if isinstance(self.trials_per_node, str) and self.trials_per_node.strip().isdigit():
+            object.__setattr__(self, "trials_per_node", int(self.trials_per_node))
         self.validate()
 
     def validate(self) -> None:
-        if isinstance(self.trials_per_node, str) and self.trials_per_node.strip().isdigit():
-            object.__setattr__(self, "trials_per_node", int(self.trials_per_node))
         if self.trials_per_node != "auto" and not (
                 isinstance(self.trials_per_node, int) and self.trials_per_node > 0):
             raise ConfigError(f"--trials-per-node must be auto or a number > 0, got "

@@ -193,12 +193,14 @@ def fit_trial(train: TrainConfig, trial_cpus: float, nodes: list[dict]
         f"reservations shrink to {parts} CPU (trial total {after:g})")
 
 
-def scale_reservations(train: TrainConfig, trial_cpus: float, target: float
-                       ) -> tuple[TrainConfig, float, str]:
+def scale_reservations(train: TrainConfig, trial_cpus: float, target: float,
+                       fill: bool = False) -> tuple[TrainConfig, float, str]:
     """The trial's default CPU reservations (trial process, learners, runners: those still at
     their defaults) scaled by one factor, up or down, so that its placement group reserves
     `target` CPUs, or as close as the reservations set to other values allow; returns (config,
-    trial cpus, the new defaults as text, or "" when none could change)."""
+    trial cpus, the new defaults as text, or "" when none could change). `fill`: the trial
+    process (at its default) also takes what rounding down left, so the group reserves `target`
+    exactly and its threads fill it."""
     r, lr = train.runner, train.learner
     default = {"trial": _default(SweepConfig, "trial_cpus"),
                "runner": _default(type(r), "runner_cpus"),
@@ -215,6 +217,9 @@ def scale_reservations(train: TrainConfig, trial_cpus: float, target: float
     # two decimals, rounded down, so the scaled bundles never add up to more than the target
     new = {k: max(0.01, math.floor(v * scale * 100 + 1e-6) / 100) if k in free else v
            for k, v in given.items()}
+    if fill and "trial" in free:
+        rest = sum(new[k] * counts[k] for k in ("runner", "learner"))
+        new["trial"] = math.floor((target - rest) * 100 + 1e-6) / 100
     scaled = dataclasses.replace(
         train, runner=dataclasses.replace(r, runner_cpus=new["runner"]),
         learner=dataclasses.replace(lr, learner_cpus=new["learner"]))
@@ -233,9 +238,11 @@ def learners_use_gpus(train: TrainConfig, node_gpus: float) -> bool:
     """Whether a trial's learners take GPUs on a node with `node_gpus`: learner_gpus given > 0,
     or auto with a GPU there and CUDA allowed (not --device cpu or --no-cuda)."""
     lr = train.learner
+    if node_gpus <= 0:
+        return False
     if lr.learner_gpus != "auto":
         return lr.learner_gpus > 0
-    return node_gpus > 0 and lr.device != "cpu" and lr.cuda
+    return lr.device != "cpu" and lr.cuda
 
 
 def auto_trials_per_node(node_cpus: float, node_gpus: float) -> int:
@@ -264,7 +271,7 @@ def pack_node(train: TrainConfig, trial_cpus: float, node: dict, asked: int | st
     reservations grow or shrink to the node's CPUs / trials. Returns (config, trial cpus, a
     sentence saying so)."""
     cpus, gpus = node.get("CPU", 0.0), node.get("GPU", 0.0)
-    on_gpu = learners_use_gpus(train, gpus) and gpus > 0
+    on_gpu = learners_use_gpus(train, gpus)
     if asked == "auto" and not on_gpu:
         return None
     lr = train.learner
@@ -278,11 +285,7 @@ def pack_node(train: TrainConfig, trial_cpus: float, node: dict, asked: int | st
     if lr.learner_gpus == "auto":
         share = math.floor(gpus / k * 10_000) / 10_000 if on_gpu else 0.0
         train = resolve_gpus(train, share * train.learner.num_learners)
-    train, scaled_cpus, parts = scale_reservations(train, trial_cpus, cpus / k)
-    if "trial" in parts:  # the trial process takes what rounding left, so threads fill the share
-        left = cpus / k - sum(b.get("CPU", 0.0) for b in trial_bundles(train, scaled_cpus))
-        scaled_cpus = math.floor((scaled_cpus + left) * 100 + 1e-6) / 100
-    trial_cpus = scaled_cpus
+    train, trial_cpus, _ = scale_reservations(train, trial_cpus, cpus / k, fill=True)
     bundles = trial_bundles(train, trial_cpus)
     need = {key: sum(b.get(key, 0.0) for b in bundles) for key in ("CPU", "GPU")}
     if trials_per_node(bundles, node) < k:
@@ -295,8 +298,7 @@ def pack_node(train: TrainConfig, trial_cpus: float, node: dict, asked: int | st
             "you set (--learner-gpus, --runner-cpus, --learner-cpus, --trial-cpus)")
     return train, trial_cpus, (
         f"a node of {cpus:g} CPU + {gpus:g} GPU runs {k} trial{'s' * (k != 1)} at once "
-        f"(--trials-per-node "
-        f"{asked}): each reserves {need['CPU']:g} CPU + {need['GPU']:g} GPU")
+        f"(--trials-per-node {asked}): each reserves {need['CPU']:g} CPU + {need['GPU']:g} GPU")
 
 
 def _default(cls, name: str):
