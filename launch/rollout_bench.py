@@ -19,7 +19,6 @@ import statistics
 import sys
 import time
 
-import numpy as np
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -49,7 +48,10 @@ def cleanrl_loop(env_id: str, threads: int, iterations: int, seed: int) -> tuple
     next_done = torch.zeros(NUM_ENVS)
     t_env = t_net = 0.0
     start = time.perf_counter()
-    for _ in range(iterations):
+    for it in range(iterations + 1):
+        if it == 1:  # the first iteration warms up outside the timer, as the Sampler's does
+            t_env = t_net = 0.0
+            start = time.perf_counter()
         for step in range(NUM_STEPS):
             obs[step] = next_obs
             dones[step] = next_done
@@ -130,5 +132,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    np.set_printoptions(precision=3)
     main()
