@@ -74,18 +74,21 @@ def _saved(storage: str, name: str) -> bool:
 
 def _sweep(args: argparse.Namespace) -> int:
     from distppo.core.threads import set_omp_spincount
+    storage, name = _where(args)
+    check_stable_path(storage, "--storage")
+    config = None
+    if not args.resume:
+        if not args.games:
+            raise ConfigError("--games is required (atari57, env ids or a file of ids) unless "
+                              "--resume")
+        config = sweep_config(args)  # a bad flag fails here, before Ray and torch load
     # before torch loads (the driver's imports); the trials run in the Ray this process starts.
     # On --resume the sweep's stored value is not read (its storage may be remote): the flag
     # given, or the default.
     set_omp_spincount(getattr(args, "omp_spincount", None) or TrainConfig().runner.omp_spincount)
     from distppo.sweep.driver import final_report, resume_sweep, start_sweep
-    storage, name = _where(args)
-    check_stable_path(storage, "--storage")
     if args.resume:
         result = resume_sweep(storage, name, args.force_unlock)
     else:
-        if not args.games:
-            raise ConfigError("--games is required (atari57, env ids or a file of ids) unless "
-                              "--resume")
-        result = start_sweep(sweep_config(args), args.force_unlock)
+        result = start_sweep(config, args.force_unlock)
     return final_report(result)

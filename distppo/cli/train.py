@@ -38,14 +38,15 @@ def _train(args: argparse.Namespace) -> int:
             base = read_config_json(args.resume)[0]
         except UserError:
             pass  # the resume itself says what is wrong with the folder
+    # with --resume the stored config is the base (core/runfolder.py), not the defaults; a bad
+    # flag fails here, before torch takes seconds to load
+    cfg = TrainConfig() if args.resume else TrainConfig().replace(**given)
+    check_stable_path(args.resume or cfg.output_dir, "--resume" if args.resume else "--output-dir")
     # before torch loads (the imports below)
     set_omp_spincount(given.get("omp_spincount", base.runner.omp_spincount))
     from distppo.core.checkpoint import model_path
     from distppo.core.loop import train
     from distppo.distributed.factory import make_backend
-    # with --resume the stored config is the base (core/runfolder.py), not the defaults
-    cfg = TrainConfig() if args.resume else TrainConfig().replace(**given)
-    check_stable_path(args.resume or cfg.output_dir, "--resume" if args.resume else "--output-dir")
     paths = train(cfg, make_backend, resume=args.resume, progress=True, given=given)
     print(f"run folder:  {paths.run_dir}")
     print(f"metrics:     {paths.parquet}")
