@@ -22,6 +22,18 @@ LEASE_HOLDER = ("import sys, time\n"
                 "time.sleep(600)\n")
 
 
+def pytest_configure(config):
+    """Under pytest-xdist each worker starts its own Ray. A first Ray start writes
+    ~/.ray/auth_token without a lock, so two workers starting together can leave one cluster
+    with a token its clients no longer read: the controller makes the token once, first."""
+    if hasattr(config, "workerinput") or os.environ.get("RAY_AUTH_MODE"):
+        return
+    if not (Path.home() / ".ray" / "auth_token").exists():
+        subprocess.run([sys.executable, "-c", "from ray.scripts.scripts import main; main()",
+                        "get-auth-token", "--generate"], capture_output=True, timeout=120,
+                       check=True)
+
+
 @pytest.fixture(scope="session")
 def ray_cluster():
     """Start Ray once; CLI subprocesses join it through RAY_ADDRESS."""
@@ -58,6 +70,27 @@ def _unit_tier_has_no_ray_and_no_subprocess(request, monkeypatch):
         monkeypatch.setattr(subprocess.Popen, "__init__", _refuse_process)
         monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` raises ImportError
     yield
+
+
+@pytest.fixture(autouse=True)
+def _ray_address_only_for_ray_cluster_users(request, monkeypatch):
+    """ray_cluster exports RAY_ADDRESS for the rest of its worker's session; a test that did not
+    ask for that cluster must not join it by whichever test ran before it."""
+    if "ray_cluster" not in request.fixturenames:
+        monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    yield
+
+
+# Files that take minutes of CPU in one piece: under pytest-xdist (--dist loadfile hands out
+# whole files in collection order) they go first, so none of them is left running alone while
+# the other worker has finished.
+RUN_FIRST = ("tests/e2e/test_learning.py", "tests/e2e/test_distributed.py",
+             "tests/e2e/test_sweep.py")
+
+
+def pytest_collection_modifyitems(config, items):
+    first = {name: rank for rank, name in enumerate(RUN_FIRST)}
+    items.sort(key=lambda item: first.get(item.nodeid.split("::")[0], len(first)))
 
 
 _TIER_SECONDS: dict = {}

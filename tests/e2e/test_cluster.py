@@ -535,6 +535,7 @@ def test_bad_arguments_fail_the_job_with_the_cli_error(ray_head, tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.serial
 def test_head_stops_and_leaves_the_session_cluster_alone(ray_cluster, ray_head):
     import ray
     ray_head.stop()
@@ -548,6 +549,7 @@ def test_head_stops_and_leaves_the_session_cluster_alone(ray_cluster, ray_head):
 # --- 4. the local quick start and the SLURM script, run for real on this machine --------------
 
 @pytest.mark.slow
+@pytest.mark.serial
 def test_local_quickstart_runs_a_sweep_and_stops_its_head(tmp_path):
     gcs, dashboard, client, agent = free_ports(4)
     env = clean_env(uuid.uuid4().hex, RAY_PORT=str(gcs), DASHBOARD_PORT=str(dashboard),
@@ -561,6 +563,7 @@ def test_local_quickstart_runs_a_sweep_and_stops_its_head(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.serial
 def test_slurm_script_on_one_node(tmp_path):
     """The batch script as Slurm would run it on a 1-node allocation: `scontrol` and `srun` are
     stand-ins that name this machine and run the step here."""

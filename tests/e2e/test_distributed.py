@@ -168,6 +168,7 @@ def _wait_for(predicate, timeout, what):
 
 
 @pytest.mark.slow
+@pytest.mark.serial
 def test_restart_killed_while_it_starts_is_counted_while_waiting_for_the_next(ray_cluster,
                                                                               tmp_path):
     """A runner killed mid-rollout, then its restart killed in its constructor: the trainer,

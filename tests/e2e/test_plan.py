@@ -156,6 +156,7 @@ TOLERANCE = (0.5, 2.0)  # actual / predicted makespan
 
 
 @pytest.mark.slow
+@pytest.mark.serial
 def test_plan_predicts_this_machines_sweep(ray_cluster, tmp_path):
     # calibration: CartPole x 2 seeds, 2 at once (--trial-cpus 2 of the session cluster's 4
     # CPUs), so it sees the contention the real sweep will

@@ -470,6 +470,7 @@ def _trial_span(trial_dir) -> tuple[float, float]:
     return results[0]["timestamp"] - results[0]["time_total_s"], results[-1]["timestamp"]
 
 
+@pytest.mark.serial
 def test_a_gpu_node_runs_its_packed_trials_side_by_side(gpu_cluster, tmp_path):
     """--trials-per-node auto on a node of 8 CPUs + 1 GPU: 2 trials of 4 CPUs and half the GPU
     each, said in one line, and both run at once (the learners stay on the CPU here: this
@@ -532,21 +533,17 @@ def test_sweep_with_default_resources_runs_on_this_machine(tmp_path, monkeypatch
         assert not said
 
 
-def test_gradient_all_reduce_takes_channels_last_gradients():
+def test_gradient_all_reduce_takes_channels_last_gradients(tmp_path):
     """Data-parallel learners flatten every gradient; a channels_last conv weight's gradient is
     not contiguous, so a view(-1) would fail (a gloo group of one process: the sum is itself)."""
-    import socket
-
     import torch.distributed as dist
 
     from distppo.core.update import GradAllReduce
     agent = make_agent("ppo", (4, 84, 84), 4, channels_last=True)
     obs, actions = _fixed_batch(4, n=8)
     _, _, before = _losses_and_grads(agent, obs, actions)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+    # a file store: a port found free and released could be taken by a parallel test first
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/store", rank=0, world_size=1)
     try:
         GradAllReduce(1).grads(agent)
     finally:

