@@ -87,6 +87,14 @@ def sample(probs: Categorical, generator: torch.Generator | None, greedy: bool =
     return torch.multinomial(p, 1, True, generator=generator).squeeze(-1)
 
 
+def gumbel_sample(logits: torch.Tensor, uniform: torch.Tensor) -> torch.Tensor:
+    """A draw from Categorical(logits=logits) [N, A] -> [N] as argmax(logits + Gumbel noise),
+    the noise made from `uniform` [N, A] in [0, 1). Unlike torch.multinomial it needs no host
+    sync and no data-dependent shape, so a CUDA graph can capture it (core/captured.py)."""
+    tiny = torch.finfo(uniform.dtype).tiny  # log(0) would make an action impossible to draw
+    return torch.argmax(logits - torch.log(-torch.log(uniform.clamp_min(tiny))), dim=-1)
+
+
 class Agent(nn.Module):
     """Shared Nature-CNN trunk for images (ppo_atari.py); for vectors, separate actor and
     critic MLPs as CleanRL's ppo.py has them (`critic_network` is None for images)."""

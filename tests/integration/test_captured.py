@@ -1,0 +1,62 @@
+"""The captured CUDA-graph policy step (core/captured.py) against the eager network: run on a
+GPU machine (launch/gpu_check.sh runs `-m gpu` first); skipped, with the reason, elsewhere."""
+import numpy as np
+import pytest
+import torch
+from torch.distributions.categorical import Categorical
+
+from distppo.core.captured import CapturedPolicyStep
+from distppo.core.models import Agent, gumbel_sample, preprocess
+
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="needs a CUDA GPU (launch/gpu_check.sh runs it)")]
+
+
+def eager(agent, obs: np.ndarray, uniform: torch.Tensor):
+    """The uncaptured step with the captured step's noise: action [N], logprob [N], value [N, 1]."""
+    with torch.no_grad():
+        x = preprocess(torch.from_numpy(obs).cuda(), agent.channels_last)
+        logits = agent.actor(agent.network(x))
+        action = gumbel_sample(logits, uniform)
+        return action.cpu(), Categorical(logits=logits).log_prob(action).cpu(), \
+            agent.get_value(torch.from_numpy(obs).cuda()).cpu()
+
+
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_captured_step_equals_the_eager_step_given_its_noise(channels_last):
+    torch.manual_seed(0)
+    agent = Agent((4, 84, 84), 6, channels_last=channels_last).cuda()
+    rng = np.random.default_rng(0)
+    frames = [rng.integers(0, 256, (8, 4, 84, 84), dtype=np.uint8) for _ in range(4)]
+    step = CapturedPolicyStep(agent, frames[0], seed=1)
+    noises = []
+    for obs in frames[1:]:
+        action, logprob, value = step.step(obs)
+        noises.append(step.uniform.clone())
+        want = eager(agent, obs, noises[-1])
+        assert torch.equal(action, want[0])
+        torch.testing.assert_close(logprob, want[1], rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(value, want[2], rtol=1e-5, atol=1e-5)
+    assert not torch.equal(noises[0], noises[1])  # every replay draws fresh noise
+
+
+def test_a_weight_update_in_place_reaches_the_next_replay():
+    torch.manual_seed(0)
+    agent = Agent((4, 84, 84), 6).cuda()
+    obs = np.random.default_rng(0).integers(0, 256, (8, 4, 84, 84), dtype=np.uint8)
+    step = CapturedPolicyStep(agent, obs, seed=1)
+    before = step.step(obs)[2]
+    other = Agent((4, 84, 84), 6)
+    agent.load_state_dict(other.state_dict())  # copies into the captured parameters
+    after = step.step(obs)[2]
+    assert not torch.allclose(before, after)
+    torch.testing.assert_close(after, eager(agent, obs, step.uniform)[2], rtol=1e-5, atol=1e-5)
+
+
+def test_the_lstm_agent_and_a_cpu_agent_are_refused():
+    from distppo.core.models import LSTMAgent
+    obs = np.zeros((2, 4, 84, 84), dtype=np.uint8)
+    with pytest.raises(ValueError, match="feedforward"):
+        CapturedPolicyStep(LSTMAgent((4, 84, 84), 6).cuda(), obs, seed=1)
+    with pytest.raises(ValueError, match="on CUDA"):
+        CapturedPolicyStep(Agent((4, 84, 84), 6), obs, seed=1)
