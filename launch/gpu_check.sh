@@ -7,7 +7,9 @@
 #   STEPS=204800 REPEATS=3 RUNNERS=8 BACKEND=ale bash launch/gpu_check.sh
 #
 # Each variant is its own bench (a failed or slow one costs only itself: PER_RUN_S each, and
-# variants not started by BUDGET_S are skipped), all in one table at the end. BACKEND=ale is
+# variants not started by BUDGET_S are skipped), one table that grows a row as each variant is
+# measured (OUT_MD; default $OUT/gpu_check.md where $OUT is set, else ./gpu_check.md), with
+# the gpu-marked tests' result and any failed variant beside it. BACKEND=ale is
 # for machines without EnvPool wheels (the same Atari settings through ale-py's vector env).
 # Paste the table, the GPU line and the command into docs/benchmarks.md ("GPU").
 set -uo pipefail
@@ -18,7 +20,9 @@ REPEATS=${REPEATS:-1}
 RUNNERS=${RUNNERS:-4}
 PER_RUN_S=${PER_RUN_S:-150}
 BUDGET_S=${BUDGET_S:-420}
-OUT=${OUT_MD:-gpu_check.md}
+# The table grows a row as each variant is measured, so a run cut short keeps what it had; on
+# the lent device machine it lands in $OUT, the folder that comes back.
+MD=${OUT_MD:-${OUT:+$OUT/}gpu_check.md}
 
 "$PYTHON" - <<'PY' || exit 1
 import sys
@@ -30,6 +34,16 @@ print(f"GPU: {p.name}, {p.total_memory / 2**30:.0f} GiB, torch {torch.__version_
       f"CUDA {torch.version.cuda}, {torch.cuda.device_count()} device(s)")
 PY
 echo "CPU cores: $(nproc); backend: $BACKEND; steps per run: $STEPS; repeats: $REPEATS"
+
+# The gpu-marked tests first (the captured policy step against the eager one): the GPU-only
+# paths stay opt-in until these have passed on a real GPU. --noconftest: the suite's conftest
+# needs the test extra, which a bare GPU machine lacks; these tests need only torch and numpy.
+if "$PYTHON" -c "import pytest" 2>/dev/null; then
+  timeout -k 10 300 "$PYTHON" -m pytest -q -p no:cacheprovider --noconftest -o addopts="" \
+    -m gpu tests/integration/test_captured.py 2>&1 | tail -n 15 | tee "${MD%.md}.gpu_tests.txt"
+else
+  echo "gpu tests: skipped, pytest is not installed for $PYTHON" | tee "${MD%.md}.gpu_tests.txt"
+fi
 
 # What runs where, from the defaults alone (the first line of `distppo train`).
 tmp=$(mktemp -d)
@@ -63,16 +77,18 @@ for v in "${variants[@]}"; do
     [ -s "$tmp/header" ] || head -n 2 "$tmp/$name.md" > "$tmp/header"
     grep '^| ppo ' "$tmp/$name.md" >> "$tmp/rows"
     tail -n 1 "$tmp/$name.md"
+    cat "$tmp/header" "$tmp/rows" > "$MD"
   else
-    echo "FAILED ($name, rc $?): $(tail -n 2 "$tmp/$name.log" | tr '\n' ' ')"
+    echo "FAILED ($name, rc $?): $(tail -n 2 "$tmp/$name.log" | tr '\n' ' ')" | tee -a "${MD%.md}.failed.txt"
   fi
 done
 
-cat "$tmp/header" "$tmp/rows" > "$OUT" 2>/dev/null
-echo; cat "$OUT"; echo
-"$PYTHON" - "$OUT" <<'PY'
+echo; cat "$MD" 2>/dev/null; echo
+"$PYTHON" - "$MD" <<'PY'
+import os
 import sys
-rows = [[c.strip() for c in line.split("|")[1:-1]] for line in open(sys.argv[1])]
+lines = open(sys.argv[1]).readlines() if os.path.exists(sys.argv[1]) else []
+rows = [[c.strip() for c in line.split("|")[1:-1]] for line in lines]
 rows = [r for r in rows if len(r) > 3 and r[0] == "ppo"]
 base = float(rows[0][2].replace(",", "")) if rows and rows[0][1] == "baseline" else None
 for cells in rows:
@@ -108,6 +124,6 @@ else
   for i in $(seq 0 $(( PACK - 1 ))); do total=$(( total + $(last_sps "packed$i") )); done
   echo "packing: 1 run on $(nproc) cores $alone SPS; $PACK runs of $per cores on one GPU, " \
        "$total SPS together"
-  echo "| packing | 1 x $(nproc) cores: $alone SPS | $PACK x $per cores: $total SPS |" >> "$OUT"
+  echo "| packing | 1 x $(nproc) cores: $alone SPS | $PACK x $per cores: $total SPS |" >> "$MD"
 fi
 rm -rf "$tmp"
