@@ -55,15 +55,13 @@ class CapturedPolicyStep:
 
     def _forward(self) -> tuple[torch.Tensor, torch.Tensor]:
         """[N, 3] (action, logprob, value) and the uniform noise [N, A] the draw used."""
-        agent = self.agent
-        x = preprocess(self.obs, agent.channels_last)
-        hidden = agent.network(x)
-        logits = agent.actor(hidden)                                    # [N, A]
-        uniform = torch.rand(logits.shape, device=logits.device)
+        # not get_action_and_value: Categorical checks its arguments on the host, which a
+        # graph capture refuses
+        logits, value = self.agent.heads(preprocess(self.obs, self.agent.channels_last))
+        uniform = torch.rand(logits.shape, device=logits.device)        # [N, A]
         action = gumbel_sample(logits, uniform)                         # [N]
         logprob = torch.log_softmax(logits, dim=-1).gather(1, action[:, None]).squeeze(1)
-        value = agent._value(x, hidden).squeeze(1)                      # [N]
-        return torch.stack([action.float(), logprob, value], dim=1), uniform
+        return torch.stack([action.float(), logprob, value.squeeze(1)], dim=1), uniform
 
     @torch.no_grad()
     def step(self, obs: np.ndarray) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -116,15 +116,18 @@ class Agent(nn.Module):
         x = preprocess(x, self.channels_last)
         return self._value(x, self.network(x) if self.critic_network is None else None)
 
+    def heads(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Logits [N, A] and value [N, 1] of preprocessed observations x (`preprocess`)."""
+        hidden = self.network(x)
+        return self.actor(hidden), self._value(x, hidden)
+
     def get_action_and_value(self, x: torch.Tensor, action: torch.Tensor | None = None,
                              generator: torch.Generator | None = None, greedy: bool = False):
-        x = preprocess(x, self.channels_last)
-        hidden = self.network(x)
-        logits = self.actor(hidden)
+        logits, value = self.heads(preprocess(x, self.channels_last))
         probs = Categorical(logits=logits)
         if action is None:
             action = sample(probs, generator, greedy)
-        return action, probs.log_prob(action), probs.entropy(), self._value(x, hidden)
+        return action, probs.log_prob(action), probs.entropy(), value
 
 
 class LSTMAgent(nn.Module):

@@ -3,7 +3,6 @@ GPU machine (launch/gpu_check.sh runs `-m gpu` first); skipped, with the reason,
 import numpy as np
 import pytest
 import torch
-from torch.distributions.categorical import Categorical
 
 from distppo.core.captured import CapturedPolicyStep
 from distppo.core.models import Agent, gumbel_sample, preprocess
@@ -13,13 +12,14 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(
 
 
 def eager(agent, obs: np.ndarray, uniform: torch.Tensor):
-    """The uncaptured step with the captured step's noise: action [N], logprob [N], value [N, 1]."""
+    """The uncaptured step with the captured step's noise: action [N], logprob [N], value [N, 1]
+    (the action drawn from the eager logits, its logprob and value from get_action_and_value)."""
     with torch.no_grad():
-        x = preprocess(torch.from_numpy(obs).cuda(), agent.channels_last)
-        logits = agent.actor(agent.network(x))
-        action = gumbel_sample(logits, uniform)
-        return action.cpu(), Categorical(logits=logits).log_prob(action).cpu(), \
-            agent.get_value(torch.from_numpy(obs).cuda()).cpu()
+        x = torch.from_numpy(obs).cuda()
+        logits, _ = agent.heads(preprocess(x, agent.channels_last))
+        action, logprob, _, value = agent.get_action_and_value(
+            x, action=gumbel_sample(logits, uniform))
+        return action.cpu(), logprob.cpu(), value.cpu()
 
 
 @pytest.mark.parametrize("channels_last", [False, True])
