@@ -255,6 +255,13 @@ class LearnerConfig:
     (recorded)"""
     amp: str = execution("off")
     """mixed precision of the learner's update: off | bf16 (GPU only)"""
+    cuda_graphs: bool = execution(False, resume=True)
+    """PPO on a GPU: each minibatch step of the update (forward, loss, backward, clipping,
+    capturable Adam) and, with --runner-device cuda, each env step's policy step run as
+    captured CUDA graphs (core/captured.py). Same minibatches, same action distribution; the
+    actions are drawn from the GPU's own random stream and Adam's rounding differs, so the
+    numbers are not CleanRL's. Opt-in until it has passed the GPU check (docs/benchmarks.md,
+    "GPU")"""
 
     def __post_init__(self) -> None:
         if isinstance(self.grad_shards, str) and self.grad_shards.strip().isdigit():
@@ -286,6 +293,15 @@ class LearnerConfig:
         if self.amp != "off" and (self.device == "cpu" or not self.cuda):
             raise ConfigError(f"--amp {self.amp} needs the learner on a GPU: drop --amp or "
                               "--device cpu/--no-cuda")
+        if self.cuda_graphs:
+            if self.device == "cpu" or not self.cuda:
+                raise ConfigError("--cuda-graphs needs the learner on a GPU: drop --cuda-graphs "
+                                  "or --device cpu/--no-cuda")
+            for flag, on in (("--num-learners > 1", self.num_learners > 1),
+                             ("--compile", self.compile), (f"--amp {self.amp}", self.amp != "off"),
+                             ("--grad-shards > 1", self.grad_shards not in ("auto", 1))):
+                if on:
+                    raise ConfigError(f"--cuda-graphs does not combine with {flag}: drop one")
 
 
 @dataclass(frozen=True)

@@ -82,6 +82,9 @@ class TrainConfig:
             raise ConfigError(
                 f"ppo_lstm minibatches hold whole env sequences: num_envs = {e.num_envs} must be "
                 f"divisible by num_minibatches = {p.num_minibatches}")
+        if self.learner.cuda_graphs and p.algo != "ppo":
+            raise ConfigError(f"--cuda-graphs is for --algo ppo (the feedforward agent), not "
+                              f"{p.algo}: drop --cuda-graphs")
         m = self.learner.num_learners
         if e.num_envs % m or (p.algo == "ppo_lstm" and (e.num_envs // m) % p.num_minibatches) or (
                 (e.num_envs // m) * p.num_steps % p.num_minibatches):

@@ -13,10 +13,10 @@ from typing import Optional, Protocol
 import torch
 
 from distppo.config import TrainConfig
+from distppo.core.learner import PPOLearner
 from distppo.core.rollout import RolloutBatch, RolloutMeta
 from distppo.core.sampler import make_sampler
 from distppo.core.threads import cores, reuse_freed_memory
-from distppo.core.update import PPOLearner
 from distppo.placement.resolve import ClusterFacts, Placement, resolve
 from distppo.telemetry.faultlog import OnFault
 

@@ -1,4 +1,6 @@
-"""The feedforward policy step as one captured CUDA graph, for a runner that acts on a GPU.
+"""--cuda-graphs: the feedforward policy step and PPO's minibatch step as captured CUDA graphs.
+
+CapturedPolicyStep, for a runner that acts on a GPU.
 
 An eager step launches a few dozen small kernels per env step and syncs the host twice (the
 multinomial draw on the host, the results back); at 8 envs the launches, not the math, set the
@@ -10,13 +12,33 @@ Opt-in and not on any default path: it has not yet run on a GPU (docs/benchmarks
 The draw uses its own random stream, so its actions differ from the eager step's but follow
 the same distribution (`gumbel_sample`, tested on the CPU); given the same noise the captured
 step equals the eager one (`tests/integration/test_captured.py`, marked `gpu`).
+
+CapturedUpdate, for a learner on a GPU: core/update.update() with each minibatch step (forward,
+loss, backward, clipping, Adam) one graph replay; the host only picks the minibatch rows.
 """
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+
 import numpy as np
 import torch
+import torch.nn as nn
+import torch.optim as optim
+from torch.distributions import Distribution
 
+from distppo.config import TrainConfig
 from distppo.core.models import LSTMAgent, gumbel_sample, preprocess
+from distppo.core.ppo import as_floats
+from distppo.core.rollout import RolloutBatch
+from distppo.core.update import (
+    FlatBatch,
+    iteration_stats,
+    learning_rate,
+    minibatch_plan,
+    minibatch_step,
+    prepare,
+)
 
 WARMUP_STEPS = 3  # eager runs on a side stream before capture, as CUDA graph capture requires
 
@@ -26,7 +48,7 @@ class CapturedPolicyStep:
     [N, *obs_shape] in the env's dtype; the agent's weights are read in place at every replay,
     so a weight update (`load_state_dict`, an optimizer step) needs no new capture."""
 
-    def __init__(self, agent: torch.nn.Module, obs: np.ndarray, seed: int):
+    def __init__(self, agent: torch.nn.Module, obs: np.ndarray, seed: int | None = None):
         if isinstance(agent, LSTMAgent):
             raise ValueError("the captured policy step is for the feedforward agent only")
         self.agent = agent
@@ -39,16 +61,15 @@ class CapturedPolicyStep:
         self.obs = torch.empty(obs.shape, dtype=self.host_obs.dtype, device=self.device)
         self.host_out = torch.empty((n, 3), dtype=torch.float32, pin_memory=True)
         # graph replays draw from the device's default generator (the one a CUDA graph
-        # advances on every replay); the runner's own CPU stream is left untouched
-        torch.cuda.manual_seed(seed)
+        # advances on every replay); the runner's own CPU stream is left untouched. None: the
+        # caller seeded it (several captured steps of one runner share it)
+        if seed is not None:
+            torch.cuda.manual_seed(seed)
         self.host_obs.numpy()[...] = obs
         self.obs.copy_(self.host_obs)
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side), torch.no_grad():
+        with torch.no_grad(), side_stream(self.device):
             for _ in range(WARMUP_STEPS):
                 self._forward()
-        torch.cuda.current_stream().wait_stream(side)
         self.graph = torch.cuda.CUDAGraph()
         with torch.no_grad(), torch.cuda.graph(self.graph):
             self.out, self.uniform = self._forward()  # static outputs, overwritten per replay
@@ -72,3 +93,131 @@ class CapturedPolicyStep:
         torch.cuda.current_stream().synchronize()
         out = self.host_out.clone()  # the pinned buffer is overwritten by the next step
         return out[:, 0].long(), out[:, 1], out[:, 2:3]
+
+
+class CapturedUpdate:
+    """core/update.update() for the feedforward agent with every minibatch step one replay of
+    a captured graph, on static buffers: the rollout is copied into a FlatBatch allocated once,
+    the minibatch's rows into a static index, and the step (minibatch_step itself: the same
+    ops) leaves its stats on the device. The shuffle is the learner's numpy stream, as in
+    update(), so the minibatches are the same; Adam is torch's capturable one (lr a device
+    tensor), equal to the eager Adam within float rounding.
+
+    capture=False runs the same buffers, warm-up and restore without a graph: on the CPU it is
+    bit-equal to update() (tests/unit/test_update.py), which a GPU run then only has to match
+    within rounding (tests/integration/test_captured.py, marked `gpu`)."""
+
+    def __init__(self, agent: nn.Module, optimizer: optim.Optimizer, cfg: TrainConfig,
+                 capture: bool = True):
+        if isinstance(agent, LSTMAgent):
+            raise ValueError("the captured update is for the feedforward agent only")
+        if capture and not optimizer.defaults.get("capturable"):
+            raise ValueError("a captured update needs an optimizer made with capturable=True")
+        self.agent, self.optimizer, self.cfg, self.capture = agent, optimizer, cfg, capture
+        self.b: FlatBatch | None = None     # static copy of the iteration's flat batch
+        self.mb_inds: torch.Tensor | None = None  # [MB] long, static minibatch rows
+        self.stats: dict = {}               # the step's stats, 0-d device tensors
+        self.graph: torch.cuda.CUDAGraph | None = None
+
+    def reset(self) -> None:
+        """Forget the graph and its buffers (the optimizer's state tensors were replaced, as
+        load_state_dict does): the next update captures again."""
+        self.b, self.mb_inds, self.stats, self.graph = None, None, {}, None
+
+    def update(self, batch: RolloutBatch, iteration: int, rng: np.random.Generator,
+               device: torch.device) -> dict:
+        """update()'s loop and stats, with the minibatch step replayed."""
+        p = self.cfg.ppo
+        lrnow = learning_rate(self.cfg, iteration)
+        set_lr(self.optimizer, lrnow)
+        b = prepare(self.agent, batch, p, device)
+        if self.b is None:
+            self._build(b)
+        else:
+            for f in TENSORS:
+                getattr(self.b, f).copy_(getattr(b, f))
+        clipfracs = []  # [0-d] per minibatch, read once at the end
+        for _epoch in range(p.update_epochs):
+            for _, mb_inds in minibatch_plan(self.b, p.num_minibatches, rng):
+                self.mb_inds.copy_(torch.from_numpy(mb_inds))
+                self._step()
+                clipfracs.append(self.stats["clipfrac"].clone())
+            if p.target_kl is not None and float(self.stats["approx_kl"]) > p.target_kl:
+                break
+        clipfracs = [float(c) for c in torch.stack(clipfracs).cpu()]
+        return iteration_stats(self.b, as_floats(self.stats), clipfracs, lrnow)
+
+    def _step(self) -> None:
+        if self.graph is not None:
+            self.graph.replay()
+        else:
+            self.stats = minibatch_step(self.agent, self.optimizer, self.b, self.mb_inds, None,
+                                        self.cfg, None, None)
+
+    def _build(self, b: FlatBatch) -> None:
+        """Static buffers from the first batch; warm-up steps (as capture requires) whose
+        changes to the weights and Adam's state are then undone; the capture."""
+        assert b.b_valid is None and b.initial_lstm_state is None
+        self.b = dataclasses.replace(b, **{f: getattr(b, f).clone() for f in TENSORS})
+        self.mb_inds = torch.arange(self.cfg.minibatch_size, device=b.b_obs.device)
+        params = [q.detach().clone() for q in self.agent.parameters()]
+        state = {q: {k: v.clone() for k, v in s.items()} for q, s in self.optimizer.state.items()}
+        with no_validation(), side_stream(b.b_obs.device):
+            for _ in range(WARMUP_STEPS):
+                minibatch_step(self.agent, self.optimizer, self.b, self.mb_inds, None, self.cfg,
+                               None, None)
+        with torch.no_grad():
+            for q, saved in zip(self.agent.parameters(), params):
+                q.copy_(saved)
+            for q, s in self.optimizer.state.items():  # in place: the graph reads these
+                for k, v in s.items():
+                    if q in state:
+                        v.copy_(state[q][k])
+                    else:
+                        v.zero_()  # a fresh Adam's moments and step count
+        self.optimizer.zero_grad()
+        if self.capture:
+            self.graph = torch.cuda.CUDAGraph()
+            with no_validation(), torch.cuda.graph(self.graph):
+                self.stats = minibatch_step(self.agent, self.optimizer, self.b, self.mb_inds,
+                                            None, self.cfg, None, None)
+
+
+TENSORS = ("b_obs", "b_logprobs", "b_actions", "b_dones", "b_advantages", "b_returns",
+           "b_values")  # the FlatBatch fields of the feedforward agent, copied per iteration
+
+
+def set_lr(optimizer: optim.Optimizer, lr: float) -> None:
+    """The learning rate of the (one) param group: in place where it is a tensor, which a
+    captured Adam step reads at every replay."""
+    group = optimizer.param_groups[0]
+    if torch.is_tensor(group["lr"]):
+        group["lr"].fill_(lr)
+    else:
+        group["lr"] = lr
+
+
+@contextlib.contextmanager
+def no_validation():
+    """Distribution argument checks off: they read values on the host, which a capture
+    refuses; they change no number."""
+    before = Distribution._validate_args
+    Distribution.set_default_validate_args(False)
+    try:
+        yield
+    finally:
+        Distribution.set_default_validate_args(before)
+
+
+@contextlib.contextmanager
+def side_stream(device: torch.device):
+    """CUDA: run the block on a side stream that the current one then waits for, as warm-up
+    before a capture requires; elsewhere nothing."""
+    if device.type != "cuda":
+        yield
+        return
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        yield
+    torch.cuda.current_stream().wait_stream(side)

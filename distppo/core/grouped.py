@@ -28,7 +28,7 @@ from distppo.envs.types import StepResult
 class GroupedSampler:
     def __init__(self, groups: list, agent: torch.nn.Module, num_steps: int,
                  runner_index: int = 0, seed: int = 0, exact_resets: bool = False,
-                 overlap: bool = True):
+                 overlap: bool = True, cuda_graphs: bool = False):
         self.groups = groups
         self.agent = agent
         self.num_steps = num_steps
@@ -43,7 +43,7 @@ class GroupedSampler:
         self.obs_shape, self.obs_dtype = tuple(first.obs_shape), first.obs_dtype
         self.next_obs: list | None = None  # per group [n_g, *obs_shape], reset lazily
         self.next_done = [np.zeros(g.num_envs, dtype=bool) for g in groups]
-        self.states = [PolicyState(agent, g.num_envs) for g in groups]
+        self.states = [PolicyState(agent, g.num_envs, cuda_graphs) for g in groups]
         self.exact_resets = exact_resets and self.states[0].is_lstm
         # one thread per group: a group's step runs there while this thread acts for the next
         self.pool = ThreadPoolExecutor(len(groups)) if overlap else None

@@ -43,7 +43,8 @@ def ppo_loss(newlogprob, entropy, newvalue, mb_logprobs, mb_advantages, mb_retur
              clip_coef: float, ent_coef: float, vf_coef: float, norm_adv: bool, clip_vloss: bool,
              total: Optional[int] = None):
     """The clipped PPO objective on one minibatch (ppo_atari_envpool.py's lines, its names);
-    returns (loss, stats of floats).
+    returns (loss, stats): the stats as detached 0-d tensors, read with float() (one host sync
+    each; a captured CUDA graph keeps them on the device, core/captured.py).
 
     The one reduction, `mean`: with total None the rows are the whole minibatch and it is
     torch.mean, CleanRL's (kept for the one pass: a device's mean kernel need not round as
@@ -83,14 +84,19 @@ def ppo_loss(newlogprob, entropy, newvalue, mb_logprobs, mb_advantages, mb_retur
     entropy_loss = mean(entropy)
     loss = pg_loss - ent_coef * entropy_loss + v_loss * vf_coef
     stats = {
-        "policy_loss": pg_loss.item(),
-        "value_loss": v_loss.item(),
-        "entropy": entropy_loss.item(),
-        "old_approx_kl": old_approx_kl.item(),
-        "approx_kl": approx_kl.item(),
-        "clipfrac": clipfrac.item(),
+        "policy_loss": pg_loss.detach(),
+        "value_loss": v_loss.detach(),
+        "entropy": entropy_loss.detach(),
+        "old_approx_kl": old_approx_kl,
+        "approx_kl": approx_kl,
+        "clipfrac": clipfrac,
     }
     return loss, stats
+
+
+def as_floats(stats: dict) -> dict:
+    """A stats dict of 0-d tensors (ppo_loss's) as Python floats."""
+    return {k: float(v) for k, v in stats.items()}
 
 
 def explained_variance(y_pred: np.ndarray, y_true: np.ndarray) -> float:

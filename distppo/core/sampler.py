@@ -21,7 +21,7 @@ from distppo.envs.factory import frame_stack, make_vector_env
 
 class Sampler:
     def __init__(self, vec_env, agent: torch.nn.Module, num_steps: int, runner_index: int = 0,
-                 seed: int = 0, exact_resets: bool = False):
+                 seed: int = 0, exact_resets: bool = False, cuda_graphs: bool = False):
         self.env = vec_env
         self.generator = torch.Generator().manual_seed(seed)  # this sampler's action stream
         self.agent = agent
@@ -31,7 +31,7 @@ class Sampler:
         self.weights_version = 0
         self.next_obs = None  # [N, *obs_shape], reset lazily so the SPS timer covers it
         self.next_done = np.zeros(vec_env.num_envs, dtype=bool)
-        self.state = PolicyState(agent, vec_env.num_envs)
+        self.state = PolicyState(agent, vec_env.num_envs, cuda_graphs)
         # PPO-LSTM on a next-step auto-reset env (EnvPool): mark its reset steps (docs/semantics.md)
         self.exact_resets = exact_resets and self.state.is_lstm
 
@@ -129,8 +129,11 @@ def make_sampler(cfg: TrainConfig, runner_index: int, video_dir: str | None = No
     agent = make_agent(cfg.ppo.algo, tuple(groups[0].obs_shape), groups[0].num_actions,
                        cfg.learner.channels_last, cfg.learner.fused_lstm)
     agent.to(torch.device(cfg.runner.runner_device))
+    graphs = cfg.learner.cuda_graphs and cfg.runner.runner_device == "cuda"
+    if graphs:  # the captured steps' draws: the device's stream, this runner's seed
+        torch.cuda.manual_seed(seed)
     if k > 1:
         return GroupedSampler(groups, agent, cfg.ppo.num_steps, runner_index, seed,
-                              exact_resets=cfg.ppo.lstm_exact_resets)
+                              exact_resets=cfg.ppo.lstm_exact_resets, cuda_graphs=graphs)
     return Sampler(groups[0], agent, cfg.ppo.num_steps, runner_index, seed,
-                   exact_resets=cfg.ppo.lstm_exact_resets)
+                   exact_resets=cfg.ppo.lstm_exact_resets, cuda_graphs=graphs)

@@ -21,6 +21,7 @@ from typing import Callable, Optional
 import numpy as np
 import torch
 
+from distppo.core.ppo import as_floats
 from distppo.core.threads import ShardPlan
 
 
@@ -52,7 +53,7 @@ class ShardPool:
         (PPO-LSTM: of its envs `envs`), its means over the whole minibatch."""
         def one(piece):
             loss, stats = slice_loss(*piece)
-            return torch.autograd.grad(loss, params, allow_unused=True), stats
+            return torch.autograd.grad(loss, params, allow_unused=True), as_floats(stats)
 
         results = self.map(one, slices(self.plan.count, mb_size, mbenvinds))
         for i, param in enumerate(params):

@@ -1,4 +1,4 @@
-"""The PPO update (CleanRL's optimisation loop) and PPOLearner, the plain object that owns it.
+"""The PPO update: CleanRL's optimisation loop (PPOLearner, core/learner.py, owns its state).
 
 `update()` reads top to bottom like ppo_atari_envpool.py / ppo_atari_lstm.py, in three parts:
 `prepare` (GAE, then the rollout flattened into a `FlatBatch` with CleanRL's b_ names),
@@ -12,7 +12,7 @@ does its all-reduce.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import Optional
 
 import numpy as np
 import torch
@@ -20,9 +20,10 @@ import torch.nn as nn
 import torch.optim as optim
 
 from distppo.config import PPOConfig, TrainConfig
-from distppo.core.models import LSTMAgent, make_agent, take_rows
+from distppo.core.models import LSTMAgent, take_rows
 from distppo.core.ppo import (
     annealed_lr,
+    as_floats,
     compute_gae,
     env_minibatches,
     explained_variance,
@@ -31,10 +32,7 @@ from distppo.core.ppo import (
     ppo_loss,
 )
 from distppo.core.rollout import RolloutBatch
-from distppo.core.seeds import set_torch_deterministic
 from distppo.core.shards import ShardPool
-from distppo.core.threads import shard_plan
-from distppo.errors import ConfigError
 
 
 class GradAllReduce:
@@ -93,9 +91,7 @@ def update(agent: nn.Module, optimizer: optim.Optimizer, batch: RolloutBatch, cf
     losses and KLs, clipfrac over every minibatch, explained variance, the learning rate.
     shards: --grad-shards (core/shards.py; None or one slice: CleanRL's single pass)."""
     p = cfg.ppo
-    lrnow = p.learning_rate
-    if p.anneal_lr:
-        lrnow = annealed_lr(p.learning_rate, iteration, cfg.num_iterations)
+    lrnow = learning_rate(cfg, iteration)
     optimizer.param_groups[0]["lr"] = lrnow
     b = prepare(agent, batch, p, device)
 
@@ -104,17 +100,31 @@ def update(agent: nn.Module, optimizer: optim.Optimizer, batch: RolloutBatch, cf
     for _epoch in range(p.update_epochs):
         for mbenvinds, mb_inds in minibatch_plan(b, p.num_minibatches, rng):
             mb_inds = torch.as_tensor(mb_inds, device=device)
-            stats = minibatch_step(agent, optimizer, b, mb_inds, mbenvinds, cfg, sync, shards)
+            stats = as_floats(minibatch_step(agent, optimizer, b, mb_inds, mbenvinds, cfg,
+                                             sync, shards))
             clipfracs.append(stats["clipfrac"])
         if p.target_kl is not None:
             approx_kl = stats["approx_kl"] if sync is None else sync.mean(stats["approx_kl"])
             if approx_kl > p.target_kl:
                 break
+    return iteration_stats(b, stats, clipfracs, lrnow)
 
+
+def learning_rate(cfg: TrainConfig, iteration: int) -> float:
+    """The iteration's learning rate: CleanRL's linear annealing, or the constant rate."""
+    p = cfg.ppo
+    return annealed_lr(p.learning_rate, iteration, cfg.num_iterations) if p.anneal_lr \
+        else p.learning_rate
+
+
+def iteration_stats(b: "FlatBatch", last: dict, clipfracs: list, lrnow: float) -> dict:
+    """What CleanRL logs of an update: the last minibatch's stats (floats), clipfrac over every
+    minibatch, the explained variance of the rollout's values, the learning rate."""
     y_pred, y_true = b.b_values.cpu().numpy(), b.b_returns.cpu().numpy()
     if b.b_valid is not None:
         valid = b.b_valid.cpu().numpy()
         y_pred, y_true = y_pred[valid], y_true[valid]
+    stats = dict(last)
     stats["explained_variance"] = explained_variance(y_pred, y_true)
     stats["clipfrac"] = float(np.mean(clipfracs))  # CleanRL logs the mean over all minibatches
     stats["learning_rate"] = lrnow
@@ -170,7 +180,9 @@ def minibatch_step(agent: nn.Module, optimizer: optim.Optimizer, b: FlatBatch,
                    mb_inds: torch.Tensor, mbenvinds: Optional[np.ndarray], cfg: TrainConfig,
                    sync: Optional[GradAllReduce], shards: Optional[ShardPool]) -> dict:
     """One optimizer step on the minibatch rows mb_inds [MB]: the gradient of minibatch_loss,
-    the all-reduce, clipping, Adam; returns the minibatch's stats (ppo_loss's)."""
+    the all-reduce, clipping, Adam; returns the minibatch's stats (ppo_loss's: 0-d tensors,
+    floats with gradient slices). Without sync and slices, on a GPU, no op here waits for the
+    host: core/captured.py captures it as a CUDA graph."""
     p = cfg.ppo
     mb_advantages = b.b_advantages[mb_inds]  # [MB]
     keep = None if b.b_valid is None else b.b_valid[mb_inds]  # [MB] bool
@@ -249,64 +261,3 @@ def resolve_device(name: str, cuda: bool = True) -> torch.device:
     if name == "auto":
         return torch.device("cuda" if cuda and torch.cuda.is_available() else "cpu")
     return torch.device(name)
-
-
-class PPOLearner:
-    """Owns the agent, the optimizer and the minibatch RNG; plain Python, no Ray."""
-
-    def __init__(self, cfg: TrainConfig, obs_shape: tuple, num_actions: int, seed: int,
-                 rank: int = 0, threads: Optional[int] = None, own: Optional[int] = None):
-        """threads: the most torch threads its updates may use (--grad-shards auto takes one
-        slice per thread), own: before --overlap's handover; default: this process's count."""
-        self.cfg = cfg
-        self.device = resolve_device(cfg.learner.device, cfg.learner.cuda)
-        if cfg.learner.amp != "off" and self.device.type != "cuda":
-            raise ConfigError(f"--amp {cfg.learner.amp} needs the learner on a GPU and it runs "
-                              f"on {self.device}: drop --amp")
-        set_torch_deterministic(cfg.torch_deterministic)  # this process's (a Ray learner's)
-        torch.manual_seed(seed)  # same seed on every learner: identical initial weights
-        self.agent = make_agent(cfg.ppo.algo, obs_shape, num_actions,
-                                cfg.learner.channels_last,
-                                cfg.learner.fused_lstm).to(self.device)
-        if cfg.learner.compile:
-            # the bound method, not the module: state_dict keys stay CleanRL's names
-            self.agent.get_action_and_value = torch.compile(self.agent.get_action_and_value)
-        self.optimizer = optim.Adam(self.agent.parameters(), lr=cfg.ppo.learning_rate, eps=1e-5)
-        self.rng = np.random.default_rng(seed + rank)  # rank r shuffles with seed + r, as CleanRL
-        self.rank = rank
-        self.sync: Optional[GradAllReduce] = None
-        threads = torch.get_num_threads() if threads is None else threads
-        self.shards = ShardPool(shard_plan(cfg, threads, self.device.type == "cpu", own))
-
-    def update(self, batch: RolloutBatch, iteration: int, wide: int = 0,
-               ready: Optional[Callable[[], bool]] = None) -> dict:
-        """On this process's torch threads; with `ready` (--overlap), on `wide` from the first
-        gradient slice after ready() says the runners' cores are free (the numbers do not
-        change: core/shards.py). The thread count is as before afterwards."""
-        threads = torch.get_num_threads()
-        self.shards.start(threads, wide, ready)
-        if self.shards.plan.count > 1:  # every op of a sliced update on a slice's threads, so
-            torch.set_num_threads(self.shards.plan.intra)  # its numbers never depend on width
-        try:
-            return update(self.agent, self.optimizer, batch, self.cfg, iteration, self.rng,
-                          self.device, self.sync, self.shards)
-        finally:
-            torch.set_num_threads(threads)
-
-    def get_weights(self) -> dict:
-        """CPU copies of the parameters, for the env runners' policy copies."""
-        return {k: v.detach().cpu().clone() for k, v in self.agent.state_dict().items()}
-
-    def state_dict(self) -> dict:
-        return {
-            "model": self.agent.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
-            "learner_rng": self.rng.bit_generator.state,
-        }
-
-    def load_state_dict(self, state: dict) -> None:
-        self.agent.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.rng.bit_generator.state = state["learner_rng"]  # checkpoints hold rank 0's stream
-        if self.rank:  # other ranks derive theirs from it, deterministically and distinct per rank
-            self.rng = np.random.default_rng([self.rank, int(self.rng.integers(2**62))])

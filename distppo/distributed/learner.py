@@ -1,4 +1,4 @@
-"""Learner: a thin Ray shell around PPOLearner (core/update.py), plus the process-group setup
+"""Learner: a thin Ray shell around PPOLearner (core/learner.py), plus the process-group setup
 that data-parallel learners need (torch.distributed: gloo on CPU, nccl on GPU)."""
 from __future__ import annotations
 
@@ -14,9 +14,10 @@ import torch.distributed as dist
 
 from distppo.config import TrainConfig
 from distppo.core.backend import device_name
+from distppo.core.learner import PPOLearner
 from distppo.core.rollout import RolloutBatch
 from distppo.core.threads import reuse_freed_memory, within_cores
-from distppo.core.update import GradAllReduce, PPOLearner
+from distppo.core.update import GradAllReduce
 from distppo.distributed.netif import bind_collectives
 from distppo.errors import UserError
 from distppo.testing import faults

@@ -84,8 +84,8 @@ def _resolve_local(cfg: TrainConfig, facts: ClusterFacts) -> Placement:
 
 
 def learner_on_cpu(cfg: TrainConfig, gpus: float) -> bool:
-    """Where core/update.resolve_device puts a learner that sees `gpus` CUDA devices: --device
-    cpu or auto without CUDA (--no-cuda, or no GPU) is the CPU."""
+    """Where PPOLearner (core/update.resolve_device) puts a learner that sees `gpus` CUDA
+    devices: --device cpu or auto without CUDA (--no-cuda, or no GPU) is the CPU."""
     lr = cfg.learner
     if lr.device == "auto":
         return not (lr.cuda and gpus > 0)

@@ -13,10 +13,10 @@ import pytest
 import torch
 
 from distppo.config import TrainConfig
+from distppo.core.learner import PPOLearner
 from distppo.core.models import make_agent, take_rows
-from distppo.core.ppo import ppo_loss
+from distppo.core.ppo import as_floats, ppo_loss
 from distppo.core.rollout import RolloutBatch
-from distppo.core.update import PPOLearner
 from distppo.errors import ConfigError
 from distppo.placement.resolve import ClusterFacts, resolve
 from distppo.placement.sizing import (
@@ -206,7 +206,7 @@ def _losses_and_grads(agent, obs, actions, lstm=False):
     agent.zero_grad()
     loss.backward()
     grads = {k: p.grad.detach().clone().contiguous() for k, p in agent.named_parameters()}
-    return loss.item(), stats, grads
+    return loss.item(), as_floats(stats), grads
 
 
 def _fixed_batch(frames, n=32):
@@ -429,6 +429,15 @@ def test_amp_on_a_cpu_learner_is_one_line(tmp_path):
     proc = run_cli("train", "--local", *SMALL, "--amp", "bf16", "--output-dir", tmp_path,
                    timeout=120)
     assert_one_line_error(proc, "--amp bf16 needs the learner on a GPU")
+    assert not any(tmp_path.iterdir())
+
+
+def test_cuda_graphs_on_a_cpu_learner_is_one_line(tmp_path):
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    proc = run_cli("train", "--local", *SMALL, "--cuda-graphs", "--output-dir", tmp_path,
+                   timeout=120)
+    assert_one_line_error(proc, "--cuda-graphs needs the learner on a GPU")
     assert not any(tmp_path.iterdir())
 
 

@@ -60,3 +60,37 @@ def test_the_lstm_agent_and_a_cpu_agent_are_refused():
         CapturedPolicyStep(LSTMAgent((4, 84, 84), 6).cuda(), obs, seed=1)
     with pytest.raises(ValueError, match="on CUDA"):
         CapturedPolicyStep(Agent((4, 84, 84), 6), obs, seed=1)
+
+
+def test_the_captured_update_follows_the_eager_update():
+    """Three updates of CleanRL's sizes (8 envs x 128 steps, 4 epochs x 4 minibatches), the
+    same minibatches: the graph replays give the eager update's weights and stats to float
+    rounding (capturable Adam and the eager one round differently)."""
+    from distppo.config import TrainConfig
+    from distppo.core.learner import PPOLearner
+    from distppo.core.rollout import RolloutBatch
+    from distppo.core.update import update
+
+    cfg = TrainConfig().replace(device="cuda", total_timesteps=3 * 1024)
+    eager_learner = PPOLearner(cfg, (4, 84, 84), 4, seed=1)
+    graphed = PPOLearner(cfg.replace(cuda_graphs=True), (4, 84, 84), 4, seed=1)
+    rng = np.random.default_rng(0)
+    for it in (1, 2, 3):
+        t, n = 128, 8
+        batch = RolloutBatch(
+            obs=rng.integers(0, 256, (t, n, 4, 84, 84), dtype=np.uint8),
+            actions=rng.integers(0, 4, (t, n)), logprobs=np.full((t, n), -1.38, np.float32),
+            values=rng.standard_normal((t, n)).astype(np.float32),
+            rewards=(rng.random((t, n)) < 0.05).astype(np.float32),
+            dones=rng.random((t, n)) < 0.01, next_value=np.zeros(n, np.float32),
+            next_done=np.zeros(n, dtype=bool), lstm_state=None, valid=None)
+        want = update(eager_learner.agent, eager_learner.optimizer, batch, cfg, it,
+                      eager_learner.rng, eager_learner.device)
+        got = graphed.update(batch, it)
+        assert graphed.captured.graph is not None  # it did capture
+        assert got.keys() == want.keys()
+        for k in want:
+            assert got[k] == pytest.approx(want[k], rel=1e-3, abs=1e-5), (it, k)
+    for (k, a), b in zip(eager_learner.agent.state_dict().items(),
+                         graphed.agent.state_dict().values()):
+        torch.testing.assert_close(b, a, rtol=1e-3, atol=1e-5, msg=k)

@@ -7,6 +7,7 @@ from distppo.config import TrainConfig
 from distppo.core.models import Agent, LSTMAgent, gumbel_sample
 from distppo.core.ppo import (
     annealed_lr,
+    as_floats,
     compute_gae,
     env_minibatches,
     explained_variance,
@@ -89,6 +90,7 @@ def test_ppo_loss_hand_computed():
     loss, stats = ppo_loss(newlogprob, entropy, newvalue, oldlogprob, adv, returns, oldvalues,
                            clip_coef=0.1, ent_coef=0.01, vf_coef=0.5, norm_adv=False,
                            clip_vloss=True)
+    stats = as_floats(stats)
     r = np.array([0.5 / 0.4, 0.2 / 0.25])  # 1.25, 0.8
     # sample 0: A=1, max(-1.25, -1.1) = -1.1; sample 1: A=-2, max(1.6, 1.8) = 1.8
     pg = (-1.1 + 1.8) / 2
@@ -111,6 +113,7 @@ def test_ppo_loss_advantage_normalisation_uses_unbiased_std():
     zeros = torch.zeros(3)
     _, stats = ppo_loss(zeros, zeros, zeros.view(-1, 1), zeros, adv, zeros, zeros, 0.1, 0.0, 0.5,
                         norm_adv=True, clip_vloss=False)
+    stats = as_floats(stats)
     normed = (adv.numpy() - adv.numpy().mean()) / (adv.numpy().std(ddof=1) + 1e-8)
     assert stats["policy_loss"] == pytest.approx(-normed.mean(), abs=1e-7)
 

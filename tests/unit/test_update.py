@@ -7,9 +7,10 @@ import torch
 from test_shards import N, T, _batch
 
 from distppo.config import TrainConfig
+from distppo.core.learner import PPOLearner
 from distppo.core.ppo import compute_gae, normalize_advantages
 from distppo.core.shards import slices
-from distppo.core.update import PPOLearner, minibatch_loss, minibatch_plan, prepare
+from distppo.core.update import minibatch_loss, minibatch_plan, prepare
 
 
 @pytest.fixture(autouse=True)
@@ -80,7 +81,8 @@ def test_slices_of_minibatch_loss_add_up_to_the_one_pass_loss(algo, valid, count
     assert len(pieces) == count
     torch.testing.assert_close(sum(p[0] for p in pieces), loss, rtol=1e-5, atol=1e-7)
     for k in stats:
-        assert sum(p[1][k] for p in pieces) == pytest.approx(stats[k], rel=1e-5, abs=1e-7), k
+        assert sum(float(p[1][k]) for p in pieces) == pytest.approx(float(stats[k]), rel=1e-5,
+                                                                    abs=1e-7), k
     sliced = [torch.autograd.grad(p[0], params) for p in pieces]
     for i, g in enumerate(grads):
         torch.testing.assert_close(sum(s[i] for s in sliced), g, rtol=1e-4, atol=1e-6)

@@ -1,0 +1,98 @@
+"""PPOLearner: the plain object that owns the agent, the optimizer and the minibatch RNG, and
+runs the update (core/update.py; --cuda-graphs: core/captured.py's CapturedUpdate). No Ray: the
+local backend calls it directly, the Learner actor (distributed/learner.py) forwards to it."""
+from __future__ import annotations
+
+from typing import Callable, Optional
+
+import numpy as np
+import torch
+import torch.optim as optim
+
+from distppo.config import TrainConfig
+from distppo.core.captured import CapturedUpdate
+from distppo.core.models import make_agent
+from distppo.core.rollout import RolloutBatch
+from distppo.core.seeds import set_torch_deterministic
+from distppo.core.shards import ShardPool
+from distppo.core.threads import shard_plan
+from distppo.core.update import GradAllReduce, resolve_device, update
+from distppo.errors import ConfigError
+
+
+class PPOLearner:
+    """Owns the agent, the optimizer and the minibatch RNG; plain Python, no Ray."""
+
+    def __init__(self, cfg: TrainConfig, obs_shape: tuple, num_actions: int, seed: int,
+                 rank: int = 0, threads: Optional[int] = None, own: Optional[int] = None):
+        """threads: the most torch threads its updates may use (--grad-shards auto takes one
+        slice per thread), own: before --overlap's handover; default: this process's count."""
+        self.cfg = cfg
+        self.device = resolve_device(cfg.learner.device, cfg.learner.cuda)
+        if cfg.learner.amp != "off" and self.device.type != "cuda":
+            raise ConfigError(f"--amp {cfg.learner.amp} needs the learner on a GPU and it runs "
+                              f"on {self.device}: drop --amp")
+        graphs = cfg.learner.cuda_graphs
+        if graphs and self.device.type != "cuda":
+            raise ConfigError(f"--cuda-graphs needs the learner on a GPU and it runs on "
+                              f"{self.device}: drop --cuda-graphs")
+        set_torch_deterministic(cfg.torch_deterministic)  # this process's (a Ray learner's)
+        torch.manual_seed(seed)  # same seed on every learner: identical initial weights
+        self.agent = make_agent(cfg.ppo.algo, obs_shape, num_actions,
+                                cfg.learner.channels_last,
+                                cfg.learner.fused_lstm).to(self.device)
+        if cfg.learner.compile:
+            # the bound method, not the module: state_dict keys stay CleanRL's names
+            self.agent.get_action_and_value = torch.compile(self.agent.get_action_and_value)
+        # --cuda-graphs: Adam's capturable form, which reads its step count and lr from device
+        # tensors (capturable=False is Adam's default: CleanRL's optimizer)
+        lr = torch.tensor(cfg.ppo.learning_rate, device=self.device) if graphs \
+            else cfg.ppo.learning_rate
+        self.optimizer = optim.Adam(self.agent.parameters(), lr=lr, eps=1e-5, capturable=graphs)
+        self.captured = CapturedUpdate(self.agent, self.optimizer, cfg) if graphs else None
+        self.rng = np.random.default_rng(seed + rank)  # rank r shuffles with seed + r, as CleanRL
+        self.rank = rank
+        self.sync: Optional[GradAllReduce] = None
+        threads = torch.get_num_threads() if threads is None else threads
+        self.shards = ShardPool(shard_plan(cfg, threads, self.device.type == "cpu", own))
+
+    def update(self, batch: RolloutBatch, iteration: int, wide: int = 0,
+               ready: Optional[Callable[[], bool]] = None) -> dict:
+        """On this process's torch threads; with `ready` (--overlap), on `wide` from the first
+        gradient slice after ready() says the runners' cores are free (the numbers do not
+        change: core/shards.py). The thread count is as before afterwards."""
+        threads = torch.get_num_threads()
+        self.shards.start(threads, wide, ready)
+        if self.shards.plan.count > 1:  # every op of a sliced update on a slice's threads, so
+            torch.set_num_threads(self.shards.plan.intra)  # its numbers never depend on width
+        try:
+            if self.captured is not None:
+                return self.captured.update(batch, iteration, self.rng, self.device)
+            return update(self.agent, self.optimizer, batch, self.cfg, iteration, self.rng,
+                          self.device, self.sync, self.shards)
+        finally:
+            torch.set_num_threads(threads)
+
+    def get_weights(self) -> dict:
+        """CPU copies of the parameters, for the env runners' policy copies."""
+        return {k: v.detach().cpu().clone() for k, v in self.agent.state_dict().items()}
+
+    def state_dict(self) -> dict:
+        return {
+            "model": self.agent.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "learner_rng": self.rng.bit_generator.state,
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        self.agent.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        if self.captured is not None:
+            # the loaded state replaced the tensors the graph reads; the lr comes back as it
+            # was saved (off the device)
+            self.optimizer.param_groups[0]["lr"] = torch.tensor(
+                float(self.optimizer.param_groups[0]["lr"]), device=self.device)
+            self.captured.reset()
+        self.rng.bit_generator.state = state["learner_rng"]  # checkpoints hold rank 0's stream
+        if self.rank:  # other ranks derive theirs from it, deterministically and distinct per rank
+            self.rng = np.random.default_rng([self.rank, int(self.rng.integers(2**62))])
