@@ -12,8 +12,20 @@
 # the gpu-marked tests' result and any failed variant beside it. BACKEND=ale is
 # for machines without EnvPool wheels (the same Atari settings through ale-py's vector env).
 # Paste the table, the GPU line and the command into docs/benchmarks.md ("GPU").
+#
+# A machine without a package index: build the wheels here (`python launch/gpu_bundle.py`:
+# .gpu-bundle/part1/ holds what a torch image lacks, ~56 MiB; further parts what such images
+# usually have) and carry the parts it needs; the script installs what the machine lacks of
+# every carried part into $SITE and puts it on PYTHONPATH. A part per call: carry part1 with the
+# command below, or more parts in earlier calls on the same warm machine (a call that runs
+# `python3 launch/gpu_bundle.py --install .gpu-bundle --target /tmp/site` alone).
 set -uo pipefail
 PYTHON=${PYTHON:-python}
+SITE=${SITE:-/tmp/site}
+if ls .gpu-bundle/part*/*.whl > /dev/null 2>&1; then
+  "$PYTHON" launch/gpu_bundle.py --install .gpu-bundle --target "$SITE" || exit 1
+fi
+export PYTHONPATH="$SITE:$PWD${PYTHONPATH:+:$PYTHONPATH}"
 BACKEND=${BACKEND:-envpool}
 STEPS=${STEPS:-40960}      # 40 iterations of CleanRL's 8 x 128
 REPEATS=${REPEATS:-1}
@@ -45,6 +57,13 @@ else
   echo "gpu tests: skipped, pytest is not installed for $PYTHON" | tee "${MD%.md}.gpu_tests.txt"
 fi
 
+# Rollout only (no learning), the policy on the GPU: the CleanRL loop, the Sampler, the grouped
+# rollout, and both captured; with the share of the wall-clock in which the envs are stepping.
+if [ "$BACKEND" = envpool ]; then
+  timeout -k 10 180 "$PYTHON" launch/rollout_bench.py --device cuda --iterations 20 \
+    --repeats 1 --out "${MD%.md}.rollout.md" 2>&1 | tail -n 8
+fi
+
 # What runs where, from the defaults alone (the first line of `distppo train`).
 tmp=$(mktemp -d)
 timeout -k 10 "$PER_RUN_S" "$PYTHON" -m distppo train --env-id Breakout-v5 --backend "$BACKEND" \
@@ -52,10 +71,14 @@ timeout -k 10 "$PER_RUN_S" "$PYTHON" -m distppo train --env-id Breakout-v5 --bac
 
 # The CleanRL-mode baseline first (one process, threads = cores, every speed option off, the
 # learner on CUDA as CleanRL's scripts put it), then distppo's paths; the learner is on CUDA in
-# every one (--device auto). The last variants also act on the GPU or compile the update.
+# every one (--device auto). --cuda-graphs captures the update (and with --runner-device cuda the
+# policy step); the last variants also act on the GPU or compile the update.
 variants=(
   "baseline=--local --device cuda --num-threads $(nproc) --no-channels-last --omp-spincount default"
   "local=--local"
+  "local-graphs=--local --cuda-graphs"
+  "local-runner-graphs=--local --runner-device cuda --cuda-graphs"
+  "runner-graphs-groups2=--num-env-runners 1 --runner-device cuda --cuda-graphs --env-groups 2"
   "ray="
   "ray-${RUNNERS}runners=--num-env-runners $RUNNERS"
   "local-groups2=--local --env-groups 2"
@@ -125,5 +148,25 @@ else
   echo "packing: 1 run on $(nproc) cores $alone SPS; $PACK runs of $per cores on one GPU, " \
        "$total SPS together"
   echo "| packing | 1 x $(nproc) cores: $alone SPS | $PACK x $per cores: $total SPS |" >> "$MD"
+  # the same packed runs with NVIDIA MPS, where the machine lets its daemon start: the
+  # trials' kernels then share the GPU at once instead of by time slices
+  export CUDA_MPS_PIPE_DIRECTORY=$tmp/mps CUDA_MPS_LOG_DIRECTORY=$tmp/mps-log
+  mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+  if (( SECONDS - start > BUDGET_S + PER_RUN_S )); then
+    echo "skipped (budget): packed x$PACK with MPS"
+  elif command -v nvidia-cuda-mps-control > /dev/null && nvidia-cuda-mps-control -d; then
+    for i in $(seq 0 $(( PACK - 1 ))); do
+      pack_run "mps$i" "$(( i * per ))-$(( i * per + per - 1 ))" "$per" &
+    done
+    wait
+    echo quit | nvidia-cuda-mps-control
+    mps=0
+    for i in $(seq 0 $(( PACK - 1 ))); do mps=$(( mps + $(last_sps "mps$i") )); done
+    echo "packing with MPS: $PACK runs of $per cores, $mps SPS together"
+    echo "| packing, MPS | | $PACK x $per cores: $mps SPS |" >> "$MD"
+  else
+    echo "packing with MPS: skipped, no MPS daemon here" | tee -a "$MD"
+  fi
+  unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
 fi
 rm -rf "$tmp"
