@@ -104,7 +104,7 @@ class CapturedUpdate:
     tensor), equal to the eager Adam within float rounding.
 
     capture=False runs the same buffers, warm-up and restore without a graph: on the CPU it is
-    bit-equal to update() (tests/unit/test_update.py), which a GPU run then only has to match
+    bit-equal to update() (tests/unit/test_captured_update.py), which a GPU run then has to match
     within rounding (tests/integration/test_captured.py, marked `gpu`)."""
 
     def __init__(self, agent: nn.Module, optimizer: optim.Optimizer, cfg: TrainConfig,
