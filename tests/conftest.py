@@ -94,19 +94,26 @@ def pytest_collection_modifyitems(config, items):
 
 
 _TIER_SECONDS: dict = {}
+_FILE_SECONDS: dict = {}
 
 
 def pytest_runtest_logreport(report):
-    parts = report.nodeid.split("/")
+    path = report.nodeid.split("::")[0]
+    parts = path.split("/")
     tier = parts[1] if len(parts) > 2 and parts[0] == "tests" else "other"
     _TIER_SECONDS[tier] = _TIER_SECONDS.get(tier, 0.0) + report.duration
+    _FILE_SECONDS[path] = _FILE_SECONDS.get(path, 0.0) + report.duration
 
 
 def pytest_terminal_summary(terminalreporter):
-    """Seconds spent per tier (setup, call and teardown of its tests), for the README's table."""
+    """Seconds spent per tier and in the slowest files (setup, call and teardown of their
+    tests): the README's table, and where to look when the suite grows."""
     if _TIER_SECONDS:
         terminalreporter.write_line("time per tier: " + ", ".join(
             f"{tier} {seconds:,.0f} s" for tier, seconds in sorted(_TIER_SECONDS.items())))
+        slowest = sorted(_FILE_SECONDS.items(), key=lambda kv: -kv[1])[:15]
+        terminalreporter.write_line("slowest files: " + ", ".join(
+            f"{path} {seconds:,.0f} s" for path, seconds in slowest))
 
 
 @pytest.fixture
