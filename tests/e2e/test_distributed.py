@@ -28,30 +28,43 @@ def cfg_for(tmp_path, **flat):
     return TrainConfig().replace(**{**base, **SMALL, **flat})
 
 
-@pytest.mark.parametrize("flag", [True, False])
-def test_torch_deterministic_reaches_every_actor(ray_cluster, tmp_path, flag):
-    """--torch-deterministic sets cudnn.deterministic in the learner and runner processes
-    themselves (each reads its own), both ways, whatever this process has."""
+def actors_deterministic_flags(backend) -> list[bool]:
+    """cudnn.deterministic as each runner and learner process reads it itself; asserts that
+    they are processes of their own, apart from this one and from each other."""
+    actors = backend.runners + backend.learners
+    said = ray.get([a.cudnn_deterministic.remote() for a in actors], timeout=60)
+    pids = ray.get([a.pid.remote() for a in actors], timeout=60)
+    assert os.getpid() not in pids and len(set(pids)) == len(actors)
+    return said
+
+
+def test_torch_deterministic_off_reaches_every_actor(ray_cluster, tmp_path):
+    """--no-torch-deterministic clears cudnn.deterministic in the learner and runner processes
+    themselves, whatever this process has; the default (on) is read back from every actor of
+    test_data_parallel_learners_stay_bit_identical."""
     from distppo.distributed.backend import RayBackend
-    torch.backends.cudnn.deterministic = not flag  # the driver's own says nothing about theirs
+    torch.backends.cudnn.deterministic = True  # the driver's own says nothing about theirs
     try:
-        backend = RayBackend(cfg_for(tmp_path, num_env_runners=2, torch_deterministic=flag))
+        backend = RayBackend(cfg_for(tmp_path, num_env_runners=2, torch_deterministic=False))
         try:
-            actors = backend.runners + backend.learners
-            said = ray.get([a.cudnn_deterministic.remote() for a in actors])
-            pids = ray.get([a.pid.remote() for a in actors])
+            said = actors_deterministic_flags(backend)
         finally:
             backend.close()
     finally:
         torch.backends.cudnn.deterministic = False
-    assert said == [flag] * 3 and os.getpid() not in pids and len(set(pids)) == 3
+    assert said == [False] * 3
 
 
 def test_data_parallel_learners_stay_bit_identical(ray_cluster, tmp_path):
+    """Two learners stay equal; and --torch-deterministic, on by default, reaches every actor
+    process, whatever this process has."""
     from distppo.distributed.backend import RayBackend
     cfg = cfg_for(tmp_path, num_env_runners=2, num_learners=2)
+    assert cfg.torch_deterministic
+    torch.backends.cudnn.deterministic = False  # the driver's own says nothing about theirs
     backend = RayBackend(cfg)
     try:
+        assert actors_deterministic_flags(backend) == [True] * 4
         initial = backend.learner_weights()[0]
         for iteration in range(1, 5):
             _, payload = backend.finish_rollout(backend.start_rollout(iteration - 1))
