@@ -495,6 +495,20 @@ def _session(sid):
     return out
 
 
+def _spincount_of_actors(sid) -> dict:
+    """GOMP_SPINCOUNT in the environment of session `sid`'s runner and learner processes."""
+    import psutil
+    found = {}
+    for proc in psutil.process_iter(["pid", "cmdline"]):
+        try:
+            title = " ".join(proc.info["cmdline"] or [])
+            if os.getsid(proc.pid) == sid and title.startswith(("ray::EnvRunner", "ray::Learner")):
+                found[title.split(".")[0].split()[0]] = proc.environ().get("GOMP_SPINCOUNT")
+        except (OSError, psutil.Error):
+            pass
+    return found
+
+
 def _reapers_of(pid):
     import psutil
     return [p.pid for p in psutil.process_iter(["cmdline"])
@@ -505,11 +519,15 @@ def _reapers_of(pid):
 @pytest.mark.slow
 def test_killed_driver_and_its_resume_leave_no_process(tmp_path):
     """SIGKILL of `distppo train` on its own local Ray: nothing of it may keep running (Ray's
-    dashboard and runtime-env agents used to live on for about 100 s), nor after --resume."""
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}  # its own local Ray
+    dashboard and runtime-env agents used to live on for about 100 s), nor after --resume.
+    Before the kill: its runner and learner processes carry GOMP_SPINCOUNT, which they inherit
+    from the driver (it sets it before torch loads)."""
+    # its own local Ray; GOMP_SPINCOUNT only from --omp-spincount
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "GOMP_SPINCOUNT")}
     args = ["train", "--env-id", "CartPole-v1", "--backend", "gym", "--num-envs", "2",
             "--num-steps", "64", "--num-minibatches", "2", "--total-timesteps", str(128 * 60),
-            "--checkpoint-every", "2", "--output-dir", str(tmp_path), "--run-name", "r"]
+            "--checkpoint-every", "2", "--omp-spincount", "123", "--output-dir", str(tmp_path),
+            "--run-name", "r"]
 
     def start(*argv):
         return subprocess.Popen([sys.executable, "-m", "distppo", *argv], cwd=REPO, env=env,
@@ -523,6 +541,8 @@ def test_killed_driver_and_its_resume_leave_no_process(tmp_path):
             int(p.stem[5:]) >= 4 for p in ckpts.glob("ckpt_*.pt")), 240, "no checkpoint 4")
         assert driver.poll() is None, driver.stderr.read()[-2000:]
         assert len(_session(driver.pid)) > 3  # Ray's daemons and actors run in its session
+        assert _spincount_of_actors(driver.pid) == {"ray::EnvRunner": "123",
+                                                    "ray::Learner": "123"}
         driver.send_signal(signal.SIGKILL)
         driver.wait(timeout=30)
         _wait_for(lambda: not _session(driver.pid) and not _reapers_of(driver.pid), 30,
