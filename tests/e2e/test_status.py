@@ -106,16 +106,3 @@ def test_status_of_nothing_is_one_line(tmp_path):
     assert_one_line_error(run_cli("status", tmp_path / "nope", timeout=60), "holds no sweep")
     assert run_cli("status", tmp_path / "nope", timeout=60).returncode == 2
     assert_one_line_error(run_cli("status", tmp_path, "--watch", "0", timeout=60), "--watch")
-
-
-@pytest.mark.slow
-def test_status_of_a_failed_trial(ray_cluster, tmp_path):
-    # testing/faults.py: the trial raises at iteration 2 and may not restart: Tune says ERROR
-    proc = run_cli(*SWEEP[:2], "CartPole-v1", *SWEEP[4:-1], "384", "--max-failures", "0",
-                   "--storage", tmp_path, "--name", "fail", timeout=300,
-                   env={"DISTPPO_FAULT_ITERATION": "2"})
-    assert proc.returncode == 3, proc.stderr[-3000:]  # 3: some trials failed for good
-    s = status(tmp_path / "fail")
-    assert s["state"] == "finished" and s["counts"]["failed"] == 1
-    (trial,) = s["trials"]
-    assert trial["state"] == "failed" and trial["iteration"] >= 1 and trial["eta_s"] is None

@@ -19,6 +19,7 @@ from pathlib import Path
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 import pytest
+from test_status import status
 from test_sweep import TINY, assert_complete
 
 from distppo.errors import UserError
@@ -230,6 +231,11 @@ def test_corrupt_newest_copy_falls_back(ray_cluster, tmp_path):
             "--max-failures", "0", "--storage", tmp_path, "--name", "corrupt"]
     failed = run_cli(*args, timeout=300, env={"DISTPPO_FAULT_ITERATION": "3"})
     assert failed.returncode == 3, failed.stderr[-3000:]  # some trials failed, no crash
+    # `distppo status` of a sweep whose trial raised and could not restart: Tune's ERROR
+    s = status(tmp_path / "corrupt")
+    assert s["state"] == "finished" and s["counts"]["failed"] == 1
+    (trial,) = s["trials"]
+    assert trial["state"] == "failed" and trial["iteration"] >= 1 and trial["eta_s"] is None
     copies = tmp_path / "corrupt" / "runs" / "CartPole-v1__ppo__3"
     assert sorted(p.name for p in copies.iterdir()) == ["000001", "000002"]
     # The newest copy is damaged on the storage: a torn checkpoint and an empty metrics file.
