@@ -281,18 +281,28 @@ def test_crashed_trial_restarts_from_checkpoint(ray_cluster, tmp_path):
 
 @pytest.mark.slow
 def test_s3_storage(s3_server, tmp_path):
+    """A sweep on S3 storage, on its own Ray of this machine's size (no RAY_ADDRESS) and with
+    no resource flag at all: trial workers get the credentials from the environment, and each
+    trial asks for 3 CPUs by default; a machine with fewer sees them shrink, said once."""
     fs, creds = s3_server
-    # Its own Ray (no RAY_ADDRESS): trial workers get the credentials from the environment.
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     env.update(creds, PYTHONUNBUFFERED="1")
+    no_resource_flags = [a for a in TINY if a not in (
+        "--trial-cpus", "--runner-cpus", "--learner-cpus", "0.5")]
+    assert len(no_resource_flags) == len(TINY) - 6
     base = [sys.executable, "-m", "distppo", "sweep", "--games", "CartPole-v1", "--seeds", "1",
-            *TINY, "--local", "--name", "s3"]
+            *no_resource_flags, "--name", "s3"]
     bad = subprocess.run([*base, "--storage", "s3://no-such-bucket/sweeps"], env=env, cwd=REPO,
                          capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "cannot be written" in bad.stderr, bad.stderr
     proc = subprocess.run([*base, "--storage", "s3://sweeps-bucket/sweeps"], env=env,
                           cwd=tmp_path, capture_output=True, text=True, timeout=420)
     assert proc.returncode == 0, proc.stderr[-3000:]
+    said = [ln for ln in proc.stdout.splitlines() if ln.startswith("sweep: each trial asks")]
+    if (os.cpu_count() or 1) < 3:
+        assert len(said) == 1 and f"largest node has {os.cpu_count()}" in said[0], proc.stdout
+    else:
+        assert not said
     iterations = read("sweeps-bucket/sweeps/s3/iterations.parquet", fs)
     trials = read("sweeps-bucket/sweeps/s3/trials.parquet", fs)
     assert (iterations.num_rows, trials.num_rows) == (2, 1)
