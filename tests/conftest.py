@@ -47,6 +47,14 @@ def ray_cluster():
     ray.shutdown()
 
 
+def session_ray_env(request) -> dict:
+    """For a test that needs the session cluster only in some parametrizations: the environment
+    that makes its CLI subprocesses join it (RAY_ADDRESS was already dropped for this test by
+    the autouse fixture below, which sees only the fixtures a test names)."""
+    ctx = request.getfixturevalue("ray_cluster")
+    return {"RAY_ADDRESS": ctx.address_info["gcs_address"]}
+
+
 def make_row(iteration: int, run_id: str = "Breakout__t__1__0", **over) -> dict:
     """A complete valid row whose float values encode the iteration, so mix-ups show."""
     row = {c.name: float(iteration) + 0.25 for c in schema.COLUMNS if c.dtype == schema._F}

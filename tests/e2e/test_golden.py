@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 import torch
 
-from conftest import run_cli
+from conftest import run_cli, session_ray_env
 
 GOLDEN = Path(__file__).resolve().parents[1] / "data" / "golden"
 COMMON = ["--num-envs", "4", "--num-steps", "32", "--num-minibatches", "2", "--update-epochs",
@@ -41,11 +41,10 @@ def cpu_kind() -> tuple:
 @pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n.startswith("ray")
                                   else n for n in sorted(RUNS)])
 def test_losses_equal_the_golden_run(request, tmp_path, name):
-    if name.startswith("ray"):
-        request.getfixturevalue("ray_cluster")
+    env = session_ray_env(request) if name.startswith("ray") else {}
     golden = pd.read_parquet(GOLDEN / f"{name}.parquet")
     proc = run_cli("train", *RUNS[name], *COMMON, "--output-dir", tmp_path, "--run-name", name,
-                   timeout=300)
+                   timeout=300, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     ours = pd.read_parquet(tmp_path / name / "metrics.parquet")[list(golden.columns)]
     pd.testing.assert_frame_equal(ours[EXACT], golden[EXACT], check_exact=True)

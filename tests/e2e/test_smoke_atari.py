@@ -7,7 +7,7 @@ import torch
 
 from distppo.telemetry.schema import COLUMN_NAMES
 
-from conftest import run_cli
+from conftest import run_cli, session_ray_env
 
 SMALL = ["--num-envs", "4", "--num-steps", "32", "--num-minibatches", "2", "--update-epochs", "2",
          "--total-timesteps", "256", "--checkpoint-every", "1"]
@@ -18,11 +18,10 @@ SMALL = ["--num-envs", "4", "--num-steps", "32", "--num-minibatches", "2", "--up
                                              ("gym", "BreakoutNoFrameskip-v4")])
 @pytest.mark.parametrize("algo", ["ppo", "ppo_lstm"])
 def test_two_iterations(request, tmp_path, mode, backend, env_id, algo):
-    if mode == "ray":
-        request.getfixturevalue("ray_cluster")
+    env = session_ray_env(request) if mode == "ray" else {}
     extra = ["--local"] if mode == "local" else []
     proc = run_cli("train", "--env-id", env_id, "--backend", backend, "--algo", algo, *extra,
-                   *SMALL, "--output-dir", tmp_path, "--run-name", "r", timeout=300)
+                   *SMALL, "--output-dir", tmp_path, "--run-name", "r", timeout=300, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     run_dir = tmp_path / "r"
     assert "metrics.parquet" in proc.stdout
