@@ -368,9 +368,8 @@ def test_learner_killed_while_a_resume_loads_it_is_recovered_and_counted(ray_clu
 
 
 @pytest.mark.slow
-def test_env_error_in_runner_is_one_clear_line(tmp_path):
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    env["DISTPPO_FAULT_ENV_STEP"] = "5"
+def test_env_error_in_runner_is_one_clear_line(ray_cluster, tmp_path):
+    env = dict(os.environ, DISTPPO_FAULT_ENV_STEP="5")  # forwarded to the job's workers
     proc = subprocess.run(
         [sys.executable, "-m", "distppo", "train", "--env-id", "Breakout-v5", "--num-envs", "2",
          "--num-steps", "16", "--num-minibatches", "2", "--total-timesteps", "64",
