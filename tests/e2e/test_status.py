@@ -11,6 +11,8 @@ from pathlib import Path
 import pyarrow.fs as pafs
 import pytest
 
+from distppo.sweep.status import read_status
+
 from conftest import LiveCli, assert_one_line_error, run_cli, wait_for_free_cpus
 
 # 1 trial at a time, ~0.05 s iterations of 128 steps, a run copy every 5 iterations
@@ -40,11 +42,12 @@ def test_status_of_a_running_then_killed_sweep(ray_cluster, tmp_path, s3_server)
         while seen is None:
             live.assert_alive()
             assert time.time() < deadline, "no running trial with rows in time"
-            if (sweep_dir / "sweep.json").exists():
-                s = status(sweep_dir)
-                running = [t for t in s["trials"] if t["state"] == "running"]
-                if running and running[0]["iteration"] >= 5:
-                    seen = s
+            # polled in this process (a CLI start each half second costs more than the sweep),
+            # then asked once through the CLI, while ~390 of its 400 iterations are still to run
+            if (sweep_dir / "sweep.json").exists() and any(
+                    t.state == "running" and t.iteration >= 5
+                    for t in read_status(str(sweep_dir)).trials):
+                seen = status(sweep_dir)
             time.sleep(0.5)
         assert seen["state"] == "running"
         run = [t for t in seen["trials"] if t["state"] == "running"][0]
