@@ -325,13 +325,22 @@ def write_report(out: str, settings: Mapping, runs: list[dict]) -> str:
     return result
 
 
+def runs_status(settings: Mapping, info: pd.DataFrame) -> str:
+    """How many of the runs the study was asked for (its seeds x sides) are finished."""
+    # a study folder from before `sides` was stored was asked for both
+    wanted = len(settings["seeds"]) * len(settings.get("sides", SIDES))
+    done, started = int(info["finished"].sum()), len(info)
+    if started and done == started >= wanted:
+        return "all runs finished"
+    return (f"**partial**: {done} of {wanted} runs finished, {started - done} not finished "
+            f"(marked (partial)), {max(wanted - started, 0)} not started; rerun the study's "
+            "command to continue")
+
+
 def readme(settings: Mapping, info: pd.DataFrame, table: list[str], end: dict,
            tests: pd.DataFrame, result: str) -> str:
     s, total = settings, int(settings["total_timesteps"])
-    partial = info[~info["finished"]]
-    status = ("all runs finished" if partial.empty and len(info) else
-              f"**partial**: {len(partial)} of {len(info)} runs not finished "
-              "(marked (partial); rerun the study's command to continue them)")
+    status = runs_status(settings, info)
     runs = ["| side | seed | last step | games | finished |", "|---|---|---|---|---|"]
     runs += [f"| {r.side} | {r.seed} | {r.last_step:,} | {r.games} | "
              f"{'yes' if r.finished else 'no'} |" for r in info.itertuples()]

@@ -52,6 +52,22 @@ def test_binned_curves_by_hand():
     assert len(c) == 3
 
 
+def test_runs_status_counts_the_runs_asked_for():
+    def info(*runs):
+        return pd.DataFrame([{"side": side, "seed": seed, "finished": done}
+                             for side, seed, done in runs])
+    both = {"seeds": [1, 2, 3], "sides": ["cleanrl", "distppo"]}
+    assert pr.runs_status(both, info(("distppo", 1, True), ("cleanrl", 1, False))) == (
+        "**partial**: 1 of 6 runs finished, 1 not finished (marked (partial)), 4 not started; "
+        "rerun the study's command to continue")
+    assert pr.runs_status({"seeds": [1]}, info(("distppo", 1, True))).startswith(
+        "**partial**: 1 of 2")  # a folder without `sides` was asked for both
+    assert pr.runs_status({"seeds": [1], "sides": ["distppo"]},
+                          info(("distppo", 1, True))) == "all runs finished"
+    assert pr.runs_status(both, info(*[(side, seed, True) for seed in (1, 2, 3)
+                                       for side in both["sides"]])) == "all runs finished"
+
+
 def test_last100_at_fractions_by_hand():
     # game i (1..150) ends at step 100 i with return i
     returns = pd.concat([games("cleanrl", 1, [100 * i for i in range(1, 151)], range(1, 151)),
