@@ -23,14 +23,9 @@ LEASE_HOLDER = ("import sys, time\n"
 
 
 def pytest_configure(config):
-    """pytest-xdist (3.x) reorders `--dist loadfile`'s files by their number of tests unless
-    told not to: RUN_FIRST's order is kept instead (a file of many quick tests is no long one).
-
-    Under pytest-xdist each worker starts its own Ray. A first Ray start writes
+    """Under pytest-xdist each worker starts its own Ray. A first Ray start writes
     ~/.ray/auth_token without a lock, so two workers starting together can leave one cluster
     with a token its clients no longer read: the controller makes the token once, first."""
-    if getattr(config.option, "loadscopereorder", None):
-        config.option.loadscopereorder = False
     if hasattr(config, "workerinput") or os.environ.get("RAY_AUTH_MODE"):
         return
     if not (Path.home() / ".ray" / "auth_token").exists():
@@ -94,16 +89,13 @@ def _ray_address_only_for_ray_cluster_users(request, monkeypatch):
     yield
 
 
-# The longest files first, longest to shortest (their pass-1 seconds in docs/benchmarks.md,
-# "Test suite time"), the many short ones after them: under pytest-xdist, `--dist loadfile`
-# hands out whole files in this order, so the two workers end close together instead of one
-# finishing a long file alone.
-RUN_FIRST = ("tests/e2e/test_distributed.py", "tests/e2e/test_sweep.py",
-             "tests/e2e/test_train_runs.py", "tests/e2e/test_speed.py",
-             "tests/e2e/test_learning.py", "tests/e2e/test_reliability.py",
-             "tests/e2e/test_smoke_atari.py", "tests/e2e/test_sweep_reliability.py",
-             "tests/e2e/test_tracking.py", "tests/integration/test_envs.py",
-             "tests/e2e/test_cluster.py")
+# pytest-xdist 3.x hands out `--dist loadfile`'s files by their number of tests, most first
+# (unless given --no-loadscope-reorder); this order only breaks its ties. Longest-first by
+# seconds was tried and was slower on 2 vCPUs (one run each: 15:16 against 14:04 for the
+# parallel pass, docs/benchmarks.md "Where the suite's time goes"): it runs two CPU-heavy
+# files side by side, where the count order pairs them with files of many quick tests.
+RUN_FIRST = ("tests/e2e/test_learning.py", "tests/e2e/test_distributed.py",
+             "tests/e2e/test_sweep.py")
 
 
 def pytest_collection_modifyitems(config, items):
