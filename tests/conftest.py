@@ -91,9 +91,8 @@ def _ray_address_only_for_ray_cluster_users(request, monkeypatch):
 
 # pytest-xdist 3.x hands out `--dist loadfile`'s files by their number of tests, most first
 # (unless given --no-loadscope-reorder); this order only breaks its ties. Longest-first by
-# seconds was tried and was slower on 2 vCPUs (one run each: 15:16 against 14:04 for the
-# parallel pass, docs/benchmarks.md "Where the suite's time goes"): it runs two CPU-heavy
-# files side by side, where the count order pairs them with files of many quick tests.
+# seconds, tried once, balanced the two workers but was no faster within this host's
+# run-to-run noise (docs/benchmarks.md, "Where the suite's time goes").
 RUN_FIRST = ("tests/e2e/test_learning.py", "tests/e2e/test_distributed.py",
              "tests/e2e/test_sweep.py")
 
