@@ -325,10 +325,14 @@ def write_report(out: str, settings: Mapping, runs: list[dict]) -> str:
     return result
 
 
+def sides_asked(settings: Mapping) -> list[str]:
+    """The sides a study was asked for; a folder from before `sides` was stored: both."""
+    return list(settings.get("sides", SIDES))
+
+
 def runs_status(settings: Mapping, info: pd.DataFrame) -> str:
     """How many of the runs the study was asked for (its seeds x sides) are finished."""
-    # a study folder from before `sides` was stored was asked for both
-    wanted = len(settings["seeds"]) * len(settings.get("sides", SIDES))
+    wanted = len(settings["seeds"]) * len(sides_asked(settings))
     done, started = int(info["finished"].sum()), len(info)
     if started and done == started >= wanted:
         return "all runs finished"

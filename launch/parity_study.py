@@ -203,7 +203,7 @@ def settings_of(a: argparse.Namespace, out: str) -> dict:
                          "give the same value to continue it, or another --out")
         s["seeds"] = stored["seeds"] + [x for x in a.seeds if x not in stored["seeds"]]
     # every side any start asked for: a later `--sides distppo` does not make the other done
-    earlier = stored.get("sides", report.SIDES) if stored else []  # none stored: both
+    earlier = report.sides_asked(stored) if stored else []
     s["sides"] = [x for x in report.SIDES if x in a.sides or x in earlier]
     s["episode_limit"] = stored["episode_limit"] if stored else episode_limit(a.env_id)
     s["distppo_args"] = ["distppo", "train", "--env-id", a.env_id, "--backend", "envpool",
