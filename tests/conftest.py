@@ -23,9 +23,14 @@ LEASE_HOLDER = ("import sys, time\n"
 
 
 def pytest_configure(config):
-    """Under pytest-xdist each worker starts its own Ray. A first Ray start writes
+    """pytest-xdist (3.x) reorders `--dist loadfile`'s files by their number of tests unless
+    told not to: RUN_FIRST's order is kept instead (a file of many quick tests is no long one).
+
+    Under pytest-xdist each worker starts its own Ray. A first Ray start writes
     ~/.ray/auth_token without a lock, so two workers starting together can leave one cluster
     with a token its clients no longer read: the controller makes the token once, first."""
+    if getattr(config.option, "loadscopereorder", None):
+        config.option.loadscopereorder = False
     if hasattr(config, "workerinput") or os.environ.get("RAY_AUTH_MODE"):
         return
     if not (Path.home() / ".ray" / "auth_token").exists():
@@ -89,12 +94,17 @@ def _ray_address_only_for_ray_cluster_users(request, monkeypatch):
     yield
 
 
-# pytest-xdist 3.x hands out `--dist loadfile`'s files by their number of tests, most first
-# (unless given --no-loadscope-reorder); this order only breaks its ties. Longest-first by
-# seconds, tried once, balanced the two workers but was no faster within this host's
-# run-to-run noise (docs/benchmarks.md, "Where the suite's time goes").
-RUN_FIRST = ("tests/e2e/test_learning.py", "tests/e2e/test_distributed.py",
-             "tests/e2e/test_sweep.py")
+# The longest files first, by their CPU-seconds in pass 1 (docs/benchmarks.md, "Where the
+# suite's time goes"), the many short ones after them: `--dist loadfile` hands whole files to
+# whichever worker is free, in this order, so no long file is left running alone at the end.
+# Pass 1 is CPU-bound, and this order kept both cores busier than xdist's own order by test
+# count (docs/benchmarks.md has the measurements).
+RUN_FIRST = ("tests/e2e/test_distributed.py", "tests/e2e/test_sweep.py",
+             "tests/e2e/test_train_runs.py", "tests/e2e/test_speed.py",
+             "tests/e2e/test_learning.py", "tests/e2e/test_reliability.py",
+             "tests/e2e/test_tracking.py", "tests/integration/test_envs.py",
+             "tests/e2e/test_sweep_reliability.py", "tests/e2e/test_golden.py",
+             "tests/e2e/test_smoke_atari.py", "tests/e2e/test_cluster.py")
 
 
 def pytest_collection_modifyitems(config, items):
@@ -267,3 +277,46 @@ def video_codec(path) -> tuple[str, str]:
     probe = subprocess.run([imageio_ffmpeg.get_ffmpeg_exe(), "-hide_banner", "-i", str(path)],
                            capture_output=True, text=True, timeout=60).stderr
     return fourcc, re.search(r"Video: (\w+)", probe).group(1)
+
+
+# The Atari smoke test's (mode, backend, algo) combinations that test_golden.py runs: it checks
+# them there with assert_atari_run, on the golden runs, so each combination runs once.
+ATARI_CASES_OF_GOLDEN = {("local", "envpool", "ppo"), ("local", "gym", "ppo_lstm"),
+                         ("ray", "envpool", "ppo_lstm")}
+
+
+def assert_atari_run(run_dir, stdout: str, algo: str, backend: str, env_id: str,
+                     iterations: int) -> None:
+    """What every Atari run through the CLI leaves (4 envs x 32 steps per iteration, seed 1,
+    CleanRL's learning rate annealed over the run), checked from its folder."""
+    import json
+
+    import pandas as pd
+    import torch
+
+    from distppo.telemetry.schema import COLUMN_NAMES
+    assert "metrics.parquet" in stdout
+    df = pd.read_parquet(run_dir / "metrics.parquet")
+    assert list(df.columns) == list(COLUMN_NAMES)
+    assert df["iteration"].tolist() == list(range(1, iterations + 1))
+    assert df["global_step"].tolist() == [128 * i for i in range(1, iterations + 1)]
+    assert (df["algo"] == algo).all() and (df["backend"] == backend).all()
+    assert (df["env_id"] == env_id).all() and (df["seed"] == 1).all()
+    assert df["learning_rate"].tolist() == pytest.approx(
+        [2.5e-4 * (1 - i / iterations) for i in range(iterations)])
+    assert df[["policy_loss", "value_loss", "entropy", "approx_kl"]].notna().all().all()
+    assert (df["entropy"] > 1.0).all()  # near-uniform over Breakout's 4 actions at the start
+    assert (df["sps"] > 0).all() and (df["t_env_s"] > 0).all() and (df["t_learn_s"] > 0).all()
+    assert (df["num_env_runners"] == 1).all()
+
+    record = json.loads((run_dir / "config.json").read_text())
+    assert record["config"]["ppo"]["algo"] == algo
+    limit = {"envpool": 108_000, "gym": 27_000}[backend]   # each reference script's time limit
+    assert record["config"]["env"]["max_episode_steps"] is None
+    assert record["episode_limit"]["agent_steps"] == limit
+    assert record["episode_limit"]["frames"] == 4 * limit
+    for lib in ("python", "torch", "ray", "ale-py", "envpool"):
+        assert record["versions"][lib]
+    assert list(run_dir.glob("events.out.tfevents.*"))
+    state = torch.load(sorted((run_dir / "checkpoints").glob("ckpt_*.pt"))[-1], weights_only=True)
+    assert state["iteration"] == iterations and state["global_step"] == 128 * iterations

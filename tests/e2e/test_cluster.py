@@ -535,8 +535,10 @@ def test_bad_arguments_fail_the_job_with_the_cli_error(ray_head, tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.serial
 def test_head_stops_and_leaves_the_session_cluster_alone(ray_cluster, ray_head):
+    """Stopping the module's head ends all it started and leaves the session cluster running.
+    It is the head's last user in file order, which `--dist loadfile` keeps on one worker, so
+    it runs beside the job tests and no second head starts for it in the serial pass."""
     import ray
     ray_head.stop()
     # SIGTERM to `ray start --block` alone ended the head, its workers and the jobs' drivers.

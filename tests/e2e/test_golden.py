@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 import torch
 
-from conftest import run_cli, session_ray_env
+from conftest import ATARI_CASES_OF_GOLDEN, assert_atari_run, run_cli, session_ray_env
 
 GOLDEN = Path(__file__).resolve().parents[1] / "data" / "golden"
 COMMON = ["--num-envs", "4", "--num-steps", "32", "--num-minibatches", "2", "--update-epochs",
@@ -46,6 +46,12 @@ def test_losses_equal_the_golden_run(request, tmp_path, name):
     proc = run_cli("train", *RUNS[name], *COMMON, "--output-dir", tmp_path, "--run-name", name,
                    timeout=300, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
+    if "cartpole" not in name:  # the Atari smoke test's checks, on this run
+        mode, algo, backend = name.split("_")
+        algo = {"lstm": "ppo_lstm"}.get(algo, algo)
+        assert (mode, backend, algo) in ATARI_CASES_OF_GOLDEN
+        assert_atari_run(tmp_path / name, proc.stdout, algo, backend, RUNS[name][
+            RUNS[name].index("--env-id") + 1], iterations=3)
     ours = pd.read_parquet(tmp_path / name / "metrics.parquet")[list(golden.columns)]
     pd.testing.assert_frame_equal(ours[EXACT], golden[EXACT], check_exact=True)
     if cpu_kind() == GENERATED_ON:

@@ -260,13 +260,13 @@ def test_corrupt_newest_copy_falls_back(ray_cluster, tmp_path):
 @pytest.mark.serial
 def test_chaos_soak_short(tmp_path):
     """launch/chaos_soak.py on two Pong trials: one SIGKILL of each kind (env runner, learner,
-    trial process, driver), 3-5 s apart (the counting window of a runner kill followed by its
-    trial's kill is about a second), all while every trial has most of its iterations to run;
-    then every row there once, exact global_step, no process left, and every kill counted
-    exactly once per kind."""
-    proc = subprocess.run([sys.executable, "launch/chaos_soak.py", "--minutes", "0.5",
+    trial process, driver) and no other (--minutes 0), 3-5 s apart (the counting window of a
+    runner kill followed by its trial's kill is about a second), all while every trial has most
+    of its iterations to run; then every row there once, exact global_step, no process left,
+    and every kill counted exactly once per kind."""
+    proc = subprocess.run([sys.executable, "launch/chaos_soak.py", "--minutes", "0",
                            "--seed", "3", "--out", str(tmp_path), "--games", "Pong-v5",
-                           "--seeds", "1", "2", "--iterations", "300", "--min-gap", "3",
+                           "--seeds", "1", "2", "--iterations", "200", "--min-gap", "3",
                            "--max-gap", "5", "--each-kind", "--stop-at-progress", "0.6",
                            "--finish-minutes", "6", "--deadline-minutes", "9"],
                           cwd=REPO, capture_output=True, text=True, timeout=900)
@@ -276,15 +276,15 @@ def test_chaos_soak_short(tmp_path):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:] + log
     for line in ("| rows lost | 0 |", "| rows duplicated | 0 |",
                  "| rows with a wrong global_step | 0 |", "| processes left | 0 |",
-                 "| rows audited | 600 |", "| kinds never killed | none |",
+                 "| rows audited | 400 |", "| kinds never killed | none |",
+                 "| faults injected | 4 |", "| drivers killed and resumed | 1 |",
                  "| past the deadline | no |"):
         assert line in table, table
     for kind in ("env runners killed / runner_restarts counted",
                  "learners killed / learner_recoveries counted",
                  "trial processes killed / trial restarts counted"):
         killed, counted = table.split(f"| {kind} | ")[1].split(" |")[0].split(" / ")
-        assert int(killed) >= 1 and killed == counted, table
-    assert "| drivers killed and resumed | 0 |" not in table, table
+        assert killed == counted == "1", table
 
 
 def test_upload_on_s3_moves_each_file_trial_json_last(s3_server, monkeypatch, tmp_path):

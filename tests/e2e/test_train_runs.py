@@ -219,23 +219,6 @@ def _stop_when(args, env, ready, signum=signal.SIGTERM) -> tuple:
     return proc.returncode, err
 
 
-@pytest.mark.slow
-def test_eval_prints_return_and_writes_video(tmp_path):
-    train_args = ["train", "--local", "--env-id", "Breakout-v5", "--backend", "envpool",
-                  "--num-envs", "2", "--num-steps", "16", "--num-minibatches", "2",
-                  "--total-timesteps", "64", "--output-dir", tmp_path, "--run-name", "b"]
-    assert run_cli(*train_args, timeout=300).returncode == 0
-    proc = run_cli("eval", tmp_path / "b", "--episodes", "2", "--video", timeout=300)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert "episodes: 2" in proc.stdout and "return mean:" in proc.stdout
-    video = proc.stdout.split("video: ")[1].strip()
-    cap = cv2.VideoCapture(video)
-    ok, frame = cap.read()
-    assert ok and frame.shape == (210, 160, 3) and frame.std() > 0
-    greedy = run_cli("eval", tmp_path / "b", "--episodes", "1", "--greedy", timeout=300)
-    assert greedy.returncode == 0 and "episodes: 1" in greedy.stdout
-
-
 def test_capture_video_during_training(tmp_path):
     proc = run_cli("train", "--local", "--env-id", "BreakoutNoFrameskip-v4", "--backend", "gym",
                    "--num-envs", "2", "--num-steps", "16", "--num-minibatches", "2",
@@ -248,9 +231,10 @@ def test_capture_video_during_training(tmp_path):
 
 
 @pytest.mark.slow
-def test_results_folder_of_a_run(tmp_path):
+def test_results_folder_and_eval_of_a_run(tmp_path):
     """launch/results_of_run.py (the Breakout 2M results folder, docs/results/breakout-2m) on
-    a real EnvPool run: files, the returns at the requested steps, a real PNG."""
+    a real EnvPool run: files, the returns at the requested steps, a real PNG; then
+    `distppo eval` of the same run: its return, a video of real frames, greedy actions."""
     import json
 
     import numpy as np
@@ -282,3 +266,13 @@ def test_results_folder_of_a_run(tmp_path):
     pixels = image.imread(out / "learning_curve.png")[..., :3]
     assert pixels.shape[:2] == (400, 700) and pixels.std() > 0.05
     assert len(np.unique((pixels * 255).astype(np.uint8).reshape(-1, 3), axis=0)) > 50
+
+    proc = run_cli("eval", tmp_path / "r", "--episodes", "2", "--video", timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "episodes: 2" in proc.stdout and "return mean:" in proc.stdout
+    video = proc.stdout.split("video: ")[1].strip()
+    cap = cv2.VideoCapture(video)
+    ok, frame = cap.read()
+    assert ok and frame.shape == (210, 160, 3) and frame.std() > 0
+    greedy = run_cli("eval", tmp_path / "r", "--episodes", "1", "--greedy", timeout=300)
+    assert greedy.returncode == 0 and "episodes: 1" in greedy.stdout
