@@ -98,7 +98,7 @@ class Soak:
         self.env.pop("RAY_AUTH_TOKEN_PATH", None)
         self.head = None
         self.kills: Counter = Counter()
-        self.missed: Counter = Counter()  # faults whose kind had no process to kill
+        self.missed: Counter = Counter()  # faults that found no process of their kind alive
         self.seen_done: dict = {}  # trial id -> when its last iteration was first seen
         kinds = [k for k in KINDS if k in args.kinds]
         self.first: list[str] = []  # --each-kind: the first faults' kinds
@@ -217,18 +217,18 @@ class Soak:
             self.start_driver()
             return
         victims = self.victims(kind)
-        if not victims:
-            self.missed[kind] += 1
-            if self.args.each_kind and not self.kills[kind]:
-                self.first.insert(0, kind)  # asked again at the next fault
-        else:
+        if victims:
             victim = self.rng.choice(sorted(victims, key=lambda p: p.pid))
             try:
                 victim.send_signal(signal.SIGKILL)
                 self.kills[kind] += 1
                 self.record(kind, victim.pid)
-            except psutil.NoSuchProcess:
+                return
+            except psutil.NoSuchProcess:  # it ended between the search and the kill
                 pass
+        self.missed[kind] += 1
+        if self.args.each_kind and not self.kills[kind]:
+            self.first.insert(0, kind)  # asked again at the next fault
 
     def record(self, kind: str, pid: int) -> None:
         with open(Path(self.args.out) / "faults.log", "a") as f:

@@ -95,8 +95,9 @@ def _ray_address_only_for_ray_cluster_users(request, monkeypatch):
 
 
 # The longest files first, by their CPU-seconds in pass 1 (docs/benchmarks.md, "Where the
-# suite's time goes"), the many short ones after them: `--dist loadfile` hands whole files to
-# whichever worker is free, in this order, so no long file is left running alone at the end.
+# suite's time goes"), the many short ones after them: `--dist loadfile` hands whole files
+# out in this order, the next to a worker as it nears the end of its last, so no long file is
+# left running alone at the end.
 # Pass 1 is CPU-bound, and this order kept both cores busier than xdist's own order by test
 # count (docs/benchmarks.md has the measurements).
 RUN_FIRST = ("tests/e2e/test_distributed.py", "tests/e2e/test_sweep.py",

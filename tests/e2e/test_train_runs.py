@@ -231,6 +231,7 @@ def test_capture_video_during_training(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)  # a training run, the results script and two evals
 def test_results_folder_and_eval_of_a_run(tmp_path):
     """launch/results_of_run.py (the Breakout 2M results folder, docs/results/breakout-2m) on
     a real EnvPool run: files, the returns at the requested steps, a real PNG; then
