@@ -44,8 +44,11 @@ def ray_cluster():
     """Start Ray once; CLI subprocesses join it through RAY_ADDRESS."""
     import ray
     # address="local": always a cluster of our own, never one another `ray start` left running
+    # no idle workers prestarted for this process's own job: they would sit polling for the
+    # whole pass, while most tests run CLI subprocesses, jobs of their own that cannot use them
     ctx = ray.init(address="local", num_cpus=RAY_CPUS, include_dashboard=False, log_to_driver=False,
-                   namespace="distppo-tests")
+                   namespace="distppo-tests",
+                   _system_config={"prestart_worker_first_driver": False})
     os.environ["RAY_ADDRESS"] = ctx.address_info["gcs_address"]
     yield ctx
     os.environ.pop("RAY_ADDRESS", None)
