@@ -382,104 +382,6 @@ def test_env_error_in_runner_is_one_clear_line(ray_cluster, tmp_path):
     assert "env runner 0 (Breakout-v5, envpool)" in errors[0] and "emulator error" in errors[0]
 
 
-@pytest.mark.slow
-def test_multi_node_spread_and_node_removal(tmp_path):
-    # the head has no CPUs, so SPREAD puts one runner on each worker; we remove the worker
-    # that hosts the learner, so a runner and the learner die together (the learner's death
-    # also fails the runners' sample calls that were given its weights); the other worker
-    # can host them all. Removed once iteration 5's checkpoint is on disk (written atomically),
-    # so the run rewinds to it: removed as soon as iteration 5's row was flushed, the node went
-    # while that checkpoint was being made, and the run rightly rewound to iteration 0 (CI, once)
-    def remove_learners_node(cluster, workers, proc):
-        checkpoint = tmp_path / "mn" / "checkpoints" / "ckpt_000005.pt"
-        deadline = time.time() + 180
-        while not checkpoint.exists():
-            assert time.time() < deadline and proc.poll() is None, "run did not get going"
-            time.sleep(0.1)
-        cluster.remove_node(_node_hosting(workers, "ray::Learner"))
-
-    returncode, out, err = _train_on_two_workers(tmp_path, 40, {}, remove_learners_node)
-    assert returncode == 0, err[-3000:]
-    assert "2 env runner(s) on 2 node(s)" in out
-    df = pd.read_parquet(tmp_path / "mn" / "metrics.parquet")
-    assert df["iteration"].tolist() == list(range(1, 41))
-    assert df["global_step"].iloc[-1] == 40 * 1024
-    assert df["runner_restarts"].iloc[-1] >= 1
-    # the loop replaced the learner, rewound to its checkpoint, and counted it
-    assert "every learner replaced and restored from ckpt_000005.pt (iteration 5)" in err, err
-    assert df["learner_recoveries"].iloc[-1] == 1 and df["learner_recoveries"].iloc[0] == 0
-
-
-@pytest.mark.slow
-def test_learner_node_removed_between_making_and_reading_its_state_is_a_recovery(tmp_path):
-    """The learner answered the checkpoint's state call and its node was removed before the
-    driver read the answer (an ObjectLostError, not an actor error: it failed CI once when the
-    random removal above hit this window). Held there exactly by the `learner_state_made` pause:
-    the second state read is the first periodic checkpoint's (iteration 5)."""
-    held = tmp_path / "learner_state_made"
-
-    def remove_learners_node_when_held(cluster, workers, proc):
-        deadline = time.time() + 180
-        while not held.exists():
-            assert time.time() < deadline and proc.poll() is None, "never reached the pause"
-            time.sleep(0.1)
-        cluster.remove_node(_node_hosting(workers, "ray::Learner"))
-        (tmp_path / "learner_state_made.go").touch()
-
-    returncode, _, err = _train_on_two_workers(
-        tmp_path, 8, {"DISTPPO_FAULT_PAUSE": f"{tmp_path}:learner_state_made@2"},
-        remove_learners_node_when_held)
-    assert returncode == 0, err[-3000:]
-    assert "learner 0 failed: ObjectReconstructionFailedError at iteration 5; every learner " \
-           "replaced and restored from" in err, err[-3000:]
-    df = pd.read_parquet(tmp_path / "mn" / "metrics.parquet")
-    assert df["iteration"].tolist() == list(range(1, 9))
-    # rewound to iteration 0: every row was written after the recovery, and counts it once
-    assert df["learner_recoveries"].tolist() == [1] * 8
-
-
-def _train_on_two_workers(tmp_path, iterations: int, env: dict, damage) -> tuple:
-    """`distppo train` (run "mn": CartPole, 2 runners, 1,024 steps per iteration, a checkpoint
-    every 5) on a local cluster of a CPU-less head and two 3-CPU workers; damage(cluster,
-    workers, proc) acts while it runs. Returns (return code, stdout, stderr)."""
-    from ray.cluster_utils import Cluster
-    cluster = Cluster(initialize_head=True,
-                      head_node_args={"num_cpus": 0, "include_dashboard": False})
-    workers = [cluster.add_node(num_cpus=3) for _ in range(2)]
-    cluster.wait_for_nodes()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "distppo", "train", "--env-id", "CartPole-v1", "--backend", "gym",
-         "--num-env-runners", "2", "--num-envs", "4", "--num-steps", "256",
-         "--num-minibatches", "2", "--update-epochs", "1",
-         "--total-timesteps", str(iterations * 1024), "--checkpoint-every", "5",
-         "--output-dir", str(tmp_path), "--run-name", "mn", "--log-every", "1000"],
-        cwd=REPO, env=dict(os.environ, RAY_ADDRESS=cluster.address, **env),
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        damage(cluster, workers, proc)
-        out, err = proc.communicate(timeout=300)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        cluster.shutdown()
-    return proc.returncode, out, err
-
-
-def _node_hosting(nodes, title: str):
-    """The ray.cluster_utils node whose raylet started the (one) process titled `title`."""
-    import psutil
-    raylets = {node.all_processes["raylet"][0].process.pid: node for node in nodes}
-    for proc in psutil.process_iter(["cmdline"]):
-        try:
-            if (proc.info["cmdline"] or [""])[0].startswith(title):
-                for parent in proc.parents():
-                    if parent.pid in raylets:
-                        return raylets[parent.pid]
-        except psutil.Error:
-            pass
-    raise AssertionError(f"no process {title} under the workers' raylets")
-
-
 def _session(sid):
     """Live processes of session `sid` (a driver started with start_new_session leads one, and
     everything it starts stays in it: Ray's daemons, agents and workers)."""
@@ -559,3 +461,118 @@ def test_killed_driver_and_its_resume_leave_no_process(tmp_path):
     df = pd.read_parquet(tmp_path / "r" / "metrics.parquet")
     assert df["iteration"].tolist() == list(range(1, 61))
     assert df["global_step"].tolist() == [128 * i for i in range(1, 61)]
+
+
+# --- last in the file: the module's cluster of two workers ends with them -------------------
+
+@pytest.mark.slow
+def test_multi_node_spread_and_node_removal(two_workers, tmp_path):
+    # the head has no CPUs, so SPREAD puts one runner on each worker; we remove the worker
+    # that hosts the learner, so a runner and the learner die together (the learner's death
+    # also fails the runners' sample calls that were given its weights); the other worker
+    # can host them all. Removed once iteration 5's checkpoint is on disk (written atomically),
+    # so the run rewinds to it: removed as soon as iteration 5's row was flushed, the node went
+    # while that checkpoint was being made, and the run rightly rewound to iteration 0 (CI, once)
+    def remove_learners_node(cluster, workers, proc):
+        checkpoint = tmp_path / "mn" / "checkpoints" / "ckpt_000005.pt"
+        deadline = time.time() + 180
+        while not checkpoint.exists():
+            assert time.time() < deadline and proc.poll() is None, "run did not get going"
+            time.sleep(0.1)
+        cluster.remove_node(_node_hosting(workers, "ray::Learner"))
+
+    returncode, out, err = _train_on_two_workers(two_workers, tmp_path, 40, {},
+                                                 remove_learners_node)
+    assert returncode == 0, err[-3000:]
+    assert "2 env runner(s) on 2 node(s)" in out
+    df = pd.read_parquet(tmp_path / "mn" / "metrics.parquet")
+    assert df["iteration"].tolist() == list(range(1, 41))
+    assert df["global_step"].iloc[-1] == 40 * 1024
+    assert df["runner_restarts"].iloc[-1] >= 1
+    # the loop replaced the learner, rewound to its checkpoint, and counted it
+    assert "every learner replaced and restored from ckpt_000005.pt (iteration 5)" in err, err
+    assert df["learner_recoveries"].iloc[-1] == 1 and df["learner_recoveries"].iloc[0] == 0
+
+
+@pytest.mark.slow
+def test_learner_node_removed_between_making_and_reading_its_state_is_a_recovery(two_workers,
+                                                                                 tmp_path):
+    """The learner answered the checkpoint's state call and its node was removed before the
+    driver read the answer (an ObjectLostError, not an actor error: it failed CI once when the
+    random removal above hit this window). Held there exactly by the `learner_state_made` pause:
+    the second state read is the first periodic checkpoint's (iteration 5)."""
+    held = tmp_path / "learner_state_made"
+
+    def remove_learners_node_when_held(cluster, workers, proc):
+        deadline = time.time() + 180
+        while not held.exists():
+            assert time.time() < deadline and proc.poll() is None, "never reached the pause"
+            time.sleep(0.1)
+        cluster.remove_node(_node_hosting(workers, "ray::Learner"))
+        (tmp_path / "learner_state_made.go").touch()
+
+    returncode, _, err = _train_on_two_workers(
+        two_workers, tmp_path, 8, {"DISTPPO_FAULT_PAUSE": f"{tmp_path}:learner_state_made@2"},
+        remove_learners_node_when_held)
+    assert returncode == 0, err[-3000:]
+    assert "learner 0 failed: ObjectReconstructionFailedError at iteration 5; every learner " \
+           "replaced and restored from" in err, err[-3000:]
+    df = pd.read_parquet(tmp_path / "mn" / "metrics.parquet")
+    assert df["iteration"].tolist() == list(range(1, 9))
+    # rewound to iteration 0: every row was written after the recovery, and counts it once
+    assert df["learner_recoveries"].tolist() == [1] * 8
+
+
+@pytest.fixture(scope="module")
+def two_workers():
+    """A local cluster of a CPU-less head and two 3-CPU workers, shared by the node-removal
+    tests (a cluster start costs more than their runs): each gets both workers alive."""
+    from ray.cluster_utils import Cluster
+    cluster = Cluster(initialize_head=True,
+                      head_node_args={"num_cpus": 0, "include_dashboard": False})
+    workers = [cluster.add_node(num_cpus=3) for _ in range(2)]
+    cluster.wait_for_nodes()
+    try:
+        yield cluster, workers
+    finally:
+        cluster.shutdown()
+
+
+def _train_on_two_workers(two_workers, tmp_path, iterations: int, env: dict, damage) -> tuple:
+    """`distppo train` (run "mn": CartPole, 2 runners, 1,024 steps per iteration, a checkpoint
+    every 5) on the two_workers cluster; damage(cluster, workers, proc) acts while it runs, and
+    a worker it removed is replaced after the run. Returns (return code, stdout, stderr)."""
+    cluster, workers = two_workers
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "distppo", "train", "--env-id", "CartPole-v1", "--backend", "gym",
+         "--num-env-runners", "2", "--num-envs", "4", "--num-steps", "256",
+         "--num-minibatches", "2", "--update-epochs", "1",
+         "--total-timesteps", str(iterations * 1024), "--checkpoint-every", "5",
+         "--output-dir", str(tmp_path), "--run-name", "mn", "--log-every", "1000"],
+        cwd=REPO, env=dict(os.environ, RAY_ADDRESS=cluster.address, **env),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        damage(cluster, workers, proc)
+        out, err = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        for node in [w for w in workers if w not in cluster.worker_nodes]:
+            workers[workers.index(node)] = cluster.add_node(num_cpus=3)
+        cluster.wait_for_nodes()
+    return proc.returncode, out, err
+
+
+def _node_hosting(nodes, title: str):
+    """The ray.cluster_utils node whose raylet started the (one) process titled `title`."""
+    import psutil
+    raylets = {node.all_processes["raylet"][0].process.pid: node for node in nodes}
+    for proc in psutil.process_iter(["cmdline"]):
+        try:
+            if (proc.info["cmdline"] or [""])[0].startswith(title):
+                for parent in proc.parents():
+                    if parent.pid in raylets:
+                        return raylets[parent.pid]
+        except psutil.Error:
+            pass
+    raise AssertionError(f"no process {title} under the workers' raylets")
