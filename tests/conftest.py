@@ -1,5 +1,7 @@
 """Shared fixtures: one small Ray cluster per test session, and a CLI runner."""
+import json
 import os
+import struct
 import subprocess
 import sys
 import time
@@ -293,8 +295,6 @@ def assert_atari_run(run_dir, stdout: str, algo: str, backend: str, env_id: str,
                      iterations: int) -> None:
     """What every Atari run through the CLI leaves (4 envs x 32 steps per iteration, seed 1,
     CleanRL's learning rate annealed over the run), checked from its folder."""
-    import json
-
     import pandas as pd
     import torch
 
@@ -324,3 +324,49 @@ def assert_atari_run(run_dir, stdout: str, algo: str, backend: str, env_id: str,
     assert list(run_dir.glob("events.out.tfevents.*"))
     state = torch.load(sorted((run_dir / "checkpoints").glob("ckpt_*.pt"))[-1], weights_only=True)
     assert state["iteration"] == iterations and state["global_step"] == 128 * iterations
+
+
+# --- experiment trackers, read back with each library's own client -----------------------------
+
+FILE_STORE = {"MLFLOW_ALLOW_FILE_STORE": "true"}  # MLflow 3 wants an opt-in for file stores
+
+
+def wandb_records(run_dir: Path) -> list:
+    """Every record of the one offline W&B run under run_dir, parsed with wandb's protobuf.
+
+    The .wandb file is a LevelDB-style log (32 KiB blocks of crc32/length/type-framed chunks)
+    after a 7-byte W&B header; wandb ships the Record message but no reader."""
+    from wandb.proto import wandb_internal_pb2 as pb
+
+    (path,) = run_dir.glob("**/run-*.wandb")
+    data, pos, block, chunk, out = path.read_bytes(), 7, 32768, b"", []
+    assert data[:4] == b":W&B"
+    while pos + 7 <= len(data):
+        left = block - pos % block
+        _crc, length, kind = struct.unpack("<IHB", data[pos:pos + 7])
+        if left < 7 or (kind == 0 and length == 0):  # block trailer / zero padding
+            pos += left
+            continue
+        chunk += data[pos + 7:pos + 7 + length]
+        pos += 7 + length
+        if kind in (1, 4):  # FULL or LAST chunk of a record
+            record = pb.Record()
+            record.ParseFromString(chunk)
+            out.append(record)
+            chunk = b""
+    return out
+
+
+def wandb_history(records) -> list[dict]:
+    # a key with "/" (charts/SPS) arrives split into nested_key
+    return [{i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in r.history.item}
+            for r in records if r.WhichOneof("record_type") == "history"]
+
+
+def mlflow_metric(client, run_id: str, key: str) -> list[tuple[int, float]]:
+    return sorted((m.step, m.value) for m in client.get_metric_history(run_id, key))
+
+
+def assert_points(points, steps, values) -> None:
+    assert [s for s, _ in points] == list(steps)
+    assert [v for _, v in points] == pytest.approx(list(values))

@@ -22,7 +22,19 @@ import pytest
 from distppo.telemetry import schema as metrics
 from distppo.telemetry.schema import SWEEP_ITERATION_SCHEMA, TRIAL_SCHEMA
 
-from conftest import RAY_CPUS, REPO, LiveCli, run_cli, wait_for_free_cpus
+from conftest import (
+    FILE_STORE,
+    RAY_CPUS,
+    REPO,
+    LiveCli,
+    assert_engines_agree,
+    assert_points,
+    mlflow_metric,
+    run_cli,
+    wait_for_free_cpus,
+    wandb_history,
+    wandb_records,
+)
 
 # 2 iterations of 2 envs x 16 steps; half a CPU per bundle so two trials share the 4-CPU cluster.
 TINY = ["--backend", "gym", "--num-envs", "2", "--num-steps", "16", "--num-minibatches", "2",
@@ -62,10 +74,17 @@ def final_trial_json(sweep_dir: Path, trial_id: str) -> dict:
 # --- 1. a grid finishes ------------------------------------------------------------------------
 
 @pytest.mark.slow
-def test_grid_finishes_with_declared_schemas(ray_cluster, tmp_path):
-    # Runners and learner as actors in each trial's placement group (the default, not --local).
+def test_grid_finishes_with_declared_schemas_and_tracks(ray_cluster, tmp_path, monkeypatch):
+    """A 2 games x 2 seeds grid, runners and learner as actors in each trial's placement group
+    (the default, not --local), tracked by the driver to MLflow and to offline W&B runs."""
+    from mlflow.tracking import MlflowClient
+
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # for the reading client here
+    uri = (tmp_path / "mlruns").as_uri()
     proc = run_cli("sweep", *GAMES, "--seeds", "1", "2", *TINY, "--storage", tmp_path,
-                   "--name", "grid", timeout=420)
+                   "--name", "grid", "--mlflow-tracking-uri", uri, "--track",
+                   "--wandb-project-name", "x", timeout=420,
+                   env={**FILE_STORE, "WANDB_MODE": "offline", "WANDB_DIR": str(tmp_path)})
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "sweep grid: 4/4 done, 0 running, 0 pending, 0 failed" in proc.stdout
     sweep_dir = tmp_path / "grid"
@@ -100,6 +119,30 @@ def test_grid_finishes_with_declared_schemas(ray_cluster, tmp_path):
         assert {"config.json", "metrics.parquet", "trial.json"} <= {p.name for p in copy.iterdir()}
         # Runners and learner ran inside the placement group the sweep reserved for the trial.
         assert json.loads((copy / "trial.json").read_text())["actors_in_trial_group"] is True
+
+    # Tracked: one MLflow run per trial in the sweep's experiment, one offline W&B run per
+    # trial, each with the trial's rows; the trials did not track themselves
+    client = MlflowClient(tracking_uri=uri)
+    experiment = client.get_experiment_by_name("grid")
+    runs = {r.info.run_name: r for r in client.search_runs([experiment.experiment_id])}
+    assert set(runs) == set(trials["trial_id"].to_pylist())
+    rows = iterations.to_pandas()
+    for trial_id, run in runs.items():
+        mine = rows[rows["trial_id"] == trial_id]
+        sps = mlflow_metric(client, run.info.run_id, "charts/SPS")
+        assert_points(sps, mine["global_step"], mine["sps"])
+        assert run.data.params["env_id"] == trial_id.split("__")[0]
+    assert not list((sweep_dir / "runs").glob("**/tracking.json"))
+    wandb_runs = [wandb_records(p) for p in tmp_path.glob("**/offline-run-*")]
+    assert len(wandb_runs) == 4
+    for records in wandb_runs:
+        steps = [h["global_step"] for h in wandb_history(records) if "global_step" in h]
+        assert steps == [32, 64], [r.WhichOneof("record_type") for r in records]
+    # no value is a null in both sweep files (Acrobot ends no game in 64 steps), and every
+    # engine aggregates them alike
+    assert_engines_agree(sweep_dir / "iterations.parquet", must_have_nulls=(
+        "episodic_return_mean", "episodic_length_mean", "episodic_return_last100"))
+    assert_engines_agree(sweep_dir / "trials.parquet")
 
 
 # --- 2. kill the driver, resume ----------------------------------------------------------------

@@ -1,9 +1,9 @@
 """CleanRL's command line and experiment tracking: W&B offline runs and MLflow file stores,
-read back with each library's own client (W&B: its record file), against metrics.parquet."""
+read back with each library's own client (W&B: its record file), against metrics.parquet.
+A sweep's tracking is checked on test_sweep.py's grid."""
 from __future__ import annotations
 
 import json
-import struct
 from pathlib import Path
 
 import pandas as pd
@@ -12,52 +12,19 @@ import torch
 
 from distppo.core.models import make_agent
 
-from conftest import REPO, assert_engines_agree, assert_one_line_error, run_cli
+from conftest import (
+    FILE_STORE,
+    REPO,
+    assert_one_line_error,
+    assert_points,
+    mlflow_metric,
+    run_cli,
+    wandb_history,
+    wandb_records,
+)
 
 TINY = ["--num-envs", "2", "--num-steps", "8", "--num-minibatches", "2", "--total-timesteps", "48"]
 CARTPOLE = ["--local", "--env-id", "CartPole-v1", "--backend", "gym", *TINY]
-FILE_STORE = {"MLFLOW_ALLOW_FILE_STORE": "true"}  # MLflow 3 wants an opt-in for file stores
-
-
-def wandb_records(run_dir: Path) -> list:
-    """Every record of the one offline W&B run under run_dir, parsed with wandb's protobuf.
-
-    The .wandb file is a LevelDB-style log (32 KiB blocks of crc32/length/type-framed chunks)
-    after a 7-byte W&B header; wandb ships the Record message but no reader."""
-    from wandb.proto import wandb_internal_pb2 as pb
-
-    (path,) = run_dir.glob("**/run-*.wandb")
-    data, pos, block, chunk, out = path.read_bytes(), 7, 32768, b"", []
-    assert data[:4] == b":W&B"
-    while pos + 7 <= len(data):
-        left = block - pos % block
-        _crc, length, kind = struct.unpack("<IHB", data[pos:pos + 7])
-        if left < 7 or (kind == 0 and length == 0):  # block trailer / zero padding
-            pos += left
-            continue
-        chunk += data[pos + 7:pos + 7 + length]
-        pos += 7 + length
-        if kind in (1, 4):  # FULL or LAST chunk of a record
-            record = pb.Record()
-            record.ParseFromString(chunk)
-            out.append(record)
-            chunk = b""
-    return out
-
-
-def wandb_history(records) -> list[dict]:
-    # a key with "/" (charts/SPS) arrives split into nested_key
-    return [{i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in r.history.item}
-            for r in records if r.WhichOneof("record_type") == "history"]
-
-
-def mlflow_metric(client, run_id: str, key: str) -> list[tuple[int, float]]:
-    return sorted((m.step, m.value) for m in client.get_metric_history(run_id, key))
-
-
-def assert_points(points, steps, values) -> None:
-    assert [s for s, _ in points] == list(steps)
-    assert [v for _, v in points] == pytest.approx(list(values))
 
 
 @pytest.mark.slow
@@ -142,45 +109,6 @@ def test_no_cuda_and_device_cuda_contradict(tmp_path):
     bad = run_cli("train", *CARTPOLE, "--cuda", "maybe", "--output-dir", tmp_path, timeout=120)
     assert_one_line_error(bad, "--cuda takes true or false")
     assert not any(tmp_path.iterdir())
-
-
-@pytest.mark.slow
-def test_sweep_tracks_to_mlflow_and_wandb_and_reads_the_same_everywhere(ray_cluster, tmp_path,
-                                                                       monkeypatch):
-    from mlflow.tracking import MlflowClient
-
-    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
-    uri = (tmp_path / "mlruns").as_uri()
-    proc = run_cli("sweep", "--games", "CartPole-v1", "--seeds", "1", "2", "--backend", "gym",
-                   "--num-envs", "2", "--num-steps", "8", "--num-minibatches", "2",
-                   "--update-epochs", "1", "--total-timesteps", "48", "--checkpoint-every", "1",
-                   "--trial-cpus", "0.5", "--runner-cpus", "0.5", "--learner-cpus", "0.5",
-                   "--mlflow-tracking-uri", uri, "--track", "--wandb-project-name", "x",
-                   "--storage", tmp_path, "--name", "tracked", timeout=420,
-                   env={**FILE_STORE, "WANDB_MODE": "offline", "WANDB_DIR": str(tmp_path)})
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    sweep = tmp_path / "tracked"
-    iterations = pd.read_parquet(sweep / "iterations.parquet")
-    client = MlflowClient(tracking_uri=uri)
-    experiment = client.get_experiment_by_name("tracked")
-    runs = {r.info.run_name: r for r in client.search_runs([experiment.experiment_id])}
-    assert set(runs) == {"CartPole-v1__ppo__1", "CartPole-v1__ppo__2"}
-    for trial_id, run in runs.items():
-        mine = iterations[iterations["trial_id"] == trial_id]
-        sps = mlflow_metric(client, run.info.run_id, "charts/SPS")
-        assert_points(sps, mine["global_step"], mine["sps"])
-        assert run.data.params["env_id"] == "CartPole-v1"
-    # the trials did not track themselves (no W&B or MLflow run per trial process)
-    assert not list((sweep / "runs").glob("**/tracking.json"))
-    wandb_runs = [wandb_records(p) for p in tmp_path.glob("**/offline-run-*")]
-    assert len(wandb_runs) == 2
-    for records in wandb_runs:
-        steps = [h["global_step"] for h in wandb_history(records) if "global_step" in h]
-        assert steps == [16, 32, 48], [r.WhichOneof("record_type") for r in records]
-    # no value is a null in both sweep files, and every engine aggregates them alike
-    assert_engines_agree(sweep / "iterations.parquet", must_have_nulls=(
-        "episodic_return_mean", "episodic_length_mean", "episodic_return_last100"))
-    assert_engines_agree(sweep / "trials.parquet")
 
 
 def test_wandb_config_is_flat_like_cleanrl_and_resume_logs_no_row_twice(tmp_path):
