@@ -57,6 +57,17 @@ def ray_cluster():
     ray.shutdown()
 
 
+@pytest.fixture
+def one_torch_thread():
+    """As every run of the math tests does (--num-threads 1): on a busy 2-core machine more
+    threads only contend."""
+    import torch
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 def session_ray_env(request) -> dict:
     """For a test that needs the session cluster only in some parametrizations: the environment
     that makes its CLI subprocesses join it (RAY_ADDRESS was already dropped for this test by

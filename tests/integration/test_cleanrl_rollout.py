@@ -21,12 +21,7 @@ from distppo.placement.resolve import resolve
 SEED, NUM_ENVS, NUM_STEPS, ROLLOUTS = 1, 4, 128, 2
 
 
-@pytest.fixture(autouse=True)
-def one_torch_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def cleanrl_rollouts(agent) -> list[dict]:

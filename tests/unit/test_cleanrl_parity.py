@@ -23,14 +23,7 @@ from distppo.core.sampler import Sampler
 from distppo.core.update import update
 from distppo.envs.types import StepResult
 
-
-@pytest.fixture(autouse=True)
-def one_torch_thread():
-    """As every run does (--num-threads 1); on a busy 2-core machine threads only contend."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def _cfg(algo, num_envs, num_steps, num_minibatches=2, update_epochs=3, iterations=4):

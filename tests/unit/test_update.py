@@ -12,13 +12,7 @@ from distppo.core.ppo import compute_gae, normalize_advantages
 from distppo.core.shards import slices
 from distppo.core.update import minibatch_loss, minibatch_plan, prepare
 
-
-@pytest.fixture(autouse=True)
-def one_torch_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def _learner(algo: str) -> tuple:
