@@ -179,18 +179,21 @@ def permutation_p(a: np.ndarray, b: np.ndarray, permutations: int = PERMUTATIONS
 
 
 def diagnostics_tests(diag: pd.DataFrame, iterations: int = EARLY_ITERATIONS,
-                      permutations: int = PERMUTATIONS) -> pd.DataFrame:
+                      permutations: int = PERMUTATIONS, by_seed: bool = False) -> pd.DataFrame:
     """Per quantity, over iterations 1..`iterations` of every seed: each side's mean, the
     number of values, the permutation p-value and whether it differs (p < ALPHA / 6). NaN
-    values (explained variance of constant returns) are left out."""
+    values (explained variance of constant returns) are left out. `by_seed`: each run's mean
+    over those iterations is one value, so correlated iterations of one seed count once."""
     early = diag[diag["iteration"] <= iterations]
+    if by_seed:
+        early = early.groupby(["side", "seed"], as_index=False)[list(QUANTITIES)].mean()
     rows = []
     for q in QUANTITIES:
         vals = {s: early.loc[early["side"] == s, q].dropna().to_numpy(dtype=float) for s in SIDES}
         row = {"quantity": q, **{f"mean_{s}": float(vals[s].mean()) if vals[s].size else math.nan
                                  for s in SIDES},
                **{f"n_{s}": int(vals[s].size) for s in SIDES}}
-        if all(v.size for v in vals.values()):
+        if all(v.size >= (2 if by_seed else 1) for v in vals.values()):
             row["p"] = permutation_p(vals["cleanrl"], vals["distppo"], permutations)
             row["differs"] = bool(row["p"] < ALPHA / len(QUANTITIES))
         else:
@@ -199,12 +202,14 @@ def diagnostics_tests(diag: pd.DataFrame, iterations: int = EARLY_ITERATIONS,
     return pd.DataFrame(rows)
 
 
-def verdict(end: dict, tests: pd.DataFrame) -> str:
-    """equivalent | not equivalent | undecided, by the rule in this module's docstring."""
+def verdict(end: dict | None, tests: pd.DataFrame) -> str:
+    """equivalent | not equivalent | undecided, by the rule in this module's docstring;
+    `end` None: a study stopped early, judged by its diagnostics alone."""
     differs = list(tests["differs"]) if len(tests) else [None]
-    if end["holds"] is False or any(d is True for d in differs):
+    holds = True if end is None else end["holds"]
+    if holds is False or any(d is True for d in differs):
         return "not equivalent"
-    if end["holds"] is None or any(d is None for d in differs):
+    if holds is None or any(d is None for d in differs):
         return "undecided"
     return "equivalent"
 
@@ -283,7 +288,12 @@ Fixed in launch/parity_report.py before any run:
   quantity differs at p < 0.05 / 6 (Bonferroni). A seed's iterations are correlated, so the
   test is quick, if anything, to call a difference.
 - **Equivalent** when the end margin holds and no quantity differs; **not equivalent** when
-  either fails; **undecided** with fewer than 2 finished seeds on a side or no diagnostics."""
+  either fails; **undecided** with fewer than 2 finished seeds on a side or no diagnostics.
+- **A study stopped early** (`--stop-at-iteration N`) judges the diagnostics of iterations
+  1-N alone, by seeds: each run's mean of a quantity over those iterations is one value and
+  the sides' values go through the same permutation test and threshold. It needs >= 5 seeds a
+  side to be able to call a difference (C(10, 5) = 252 splits), so correlated iterations no
+  longer count as independent evidence."""
 
 
 def read_runs(runs: list[dict]) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
@@ -315,11 +325,14 @@ def write_report(out: str, settings: Mapping, runs: list[dict]) -> str:
                      & table.set_index(["side", "seed"]).index.isin(
                          finished.set_index(["side", "seed"]).index)]
     end = end_check({s: end_rows.loc[end_rows["side"] == s, "value"] for s in SIDES})
-    tests = diagnostics_tests(diagnostics)
-    result = verdict(end, tests)
+    stop = settings.get("stop_at_iteration")
+    tests = diagnostics_tests(diagnostics, stop or EARLY_ITERATIONS)
+    seeds = diagnostics_tests(diagnostics, stop, by_seed=True) if stop else None
+    result = verdict(None, seeds) if stop else verdict(end, tests)
     plot_curves(binned_curves(returns), f"{settings['env_id']}: CleanRL's script vs distppo, "
                 f"{total:,} steps each", os.path.join(out, "learning_curves.png"))
-    text = readme(settings, info, table_markdown(table, info, total), end, tests, result)
+    text = readme(settings, info, table_markdown(table, info, total), end, tests, result,
+                  seeds)
     with open(os.path.join(out, "README.md"), "w", encoding="utf-8") as f:
         f.write(text)
     return result
@@ -342,13 +355,18 @@ def runs_status(settings: Mapping, info: pd.DataFrame) -> str:
 
 
 def readme(settings: Mapping, info: pd.DataFrame, table: list[str], end: dict,
-           tests: pd.DataFrame, result: str) -> str:
+           tests: pd.DataFrame, result: str, seeds: pd.DataFrame | None = None) -> str:
     s, total = settings, int(settings["total_timesteps"])
+    stop = s.get("stop_at_iteration")
+    early = stop or EARLY_ITERATIONS
     status = runs_status(settings, info)
     runs = ["| side | seed | last step | games | finished |", "|---|---|---|---|---|"]
     runs += [f"| {r.side} | {r.seed} | {r.last_step:,} | {r.games} | "
              f"{'yes' if r.finished else 'no'} |" for r in info.itertuples()]
-    if end["holds"] is None:
+    if stop:
+        margin = (f"not judged: every run stopped at iteration {stop} "
+                  f"({stop * BATCH:,} steps), a study of the early phase")
+    elif end["holds"] is None:
         margin = (f"undecided: the end needs >= 2 finished seeds a side (cleanrl "
                   f"{end['n_cleanrl']}, distppo {end['n_distppo']})")
     else:
@@ -361,7 +379,9 @@ def readme(settings: Mapping, info: pd.DataFrame, table: list[str], end: dict,
         f"**Verdict: {result}** ({status}).", "",
         f"Seeds {', '.join(map(str, s['seeds']))}; {total:,} agent steps per run on each side, "
         f"the learning rate annealed to 0 over those {total:,} steps on both sides (not the "
-        "first part of a longer run). Both sides on the same machine, "
+        "first part of a longer run)"
+        + (f"; every run stopped once its files held iteration {stop}" if stop else "")
+        + ". Both sides on the same machine, "
         f"{s['parallel']} run(s) at a time, each pinned to its own cores with torch threads = "
         "those cores (CleanRL's script: OMP_NUM_THREADS; distppo: --num-threads).", "",
         "Command:", "", "```", s["command"], "```", "",
@@ -372,7 +392,12 @@ def readme(settings: Mapping, info: pd.DataFrame, table: list[str], end: dict,
         "## End: last 100 games", "", margin, "",
         "Each run's mean return of its last 100 games that ended by 25/50/75/100% of the "
         "budget:", "", *table, "",
-        "## Diagnostics of iterations 1-100", "", *tests_markdown(tests), "",
+        *([f"## Diagnostics of iterations 1-{early}, by seed (judged)", "",
+           "Each run's mean over the iterations is one value:", "",
+           *tests_markdown(seeds), ""] if seeds is not None else []),
+        f"## Diagnostics of iterations 1-{early}"
+        + (", every iteration one value (not judged)" if stop else ""), "",
+        *tests_markdown(tests), "",
         "## Runs", "", *runs, "",
         "## Files", "",
         "- `returns.parquet`: one row per finished game: side, seed, global_step, "

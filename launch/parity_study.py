@@ -14,9 +14,13 @@ CleanRL's script gets from today's EnvPool (distppo's own default is EnvPool 0.6
 
 OUT gets returns.parquet, diagnostics.parquet, learning_curves.png and a README.md with the
 last-100-games table and the verdict (its rule: launch/parity_report.py), rebuilt after the
-runs, or from whatever exists with --report-only. Interrupted (Ctrl-C, SIGTERM), the same
-command continues: a finished run is kept, an unfinished distppo run continues with
-`distppo train --resume`, an unfinished CleanRL run starts again from scratch.
+runs, or from whatever exists with --report-only. With --stop-at-iteration N every run stops
+once its files hold iteration N (the learning rate still annealed over the whole budget): a
+cheaper study of the early diagnostics, judged by seed, for more seeds a side.
+
+Interrupted (Ctrl-C, SIGTERM), the same command continues: a finished run is kept, an
+unfinished distppo run continues with `distppo train --resume`, an unfinished CleanRL run
+starts again from scratch.
 """
 from __future__ import annotations
 
@@ -24,6 +28,7 @@ import argparse
 import fcntl
 import importlib.util
 import json
+import math
 import os
 import shlex
 import shutil
@@ -40,7 +45,9 @@ SCRIPT = os.path.join("cleanrl", "ppo_atari_envpool.py")
 # what a study folder committed to git leaves out: distppo's checkpoints (tens of MB a run,
 # needed only to resume) and the lock files
 IGNORED = "runs/*/checkpoints/\n.study.lock\n.distppo.lock\n"
-SAME = ("env_id", "total_timesteps", "distppo_flags")  # a study's identity, fixed at its start
+# a study's identity, fixed at its start
+SAME = ("env_id", "total_timesteps", "distppo_flags", "stop_at_iteration")
+POLL_S = 3  # how often a run stopped early has its files read (a read takes ms)
 
 
 def run_path(out: str, side: str, seed: int) -> str:
@@ -102,12 +109,16 @@ def cleanrl_command(s: dict, seed: int, out: str) -> list[str]:
             "--seed", str(seed), "--total-timesteps", str(s["total_timesteps"])]
 
 
+def iterations_wanted(s: dict) -> int:
+    """Every iteration of the budget, or those up to the study's stop."""
+    return min(s["total_timesteps"] // report.BATCH, s.get("stop_at_iteration") or math.inf)
+
+
 def finished(s: dict, side: str, seed: int, out: str) -> bool:
-    """Whether the run's files hold every iteration of the budget."""
-    want = s["total_timesteps"] // report.BATCH
+    """Whether the run's files hold every iteration the study wants."""
     reader = report.read_cleanrl if side == "cleanrl" else report.read_distppo
     diag = reader(run_path(out, side, seed), seed)[1]
-    return len(diag) > 0 and int(diag["iteration"].max()) == want
+    return len(diag) > 0 and int(diag["iteration"].max()) >= iterations_wanted(s)
 
 
 class Job:
@@ -115,6 +126,7 @@ class Job:
 
     def __init__(self, s: dict, side: str, seed: int, out: str, cores: list[int]) -> None:
         self.side, self.seed, self.cores, self.t0 = side, seed, cores, time.time()
+        self.polled, self.stopped = self.t0, False
         cmd = (cleanrl_command(s, seed, out) if side == "cleanrl"
                else distppo_command(s, seed, out, len(cores)))
         env = dict(os.environ, OMP_NUM_THREADS=str(len(cores)), MKL_NUM_THREADS=str(len(cores)),
@@ -146,6 +158,19 @@ def stop_all(jobs: list[Job], grace_s: float = 60) -> None:
         job.log.close()
 
 
+def stop_when_there(s: dict, out: str, jobs) -> None:
+    """SIGTERM to each run whose files hold the study's last iteration (what a file shows
+    is on disk: CleanRL's TensorBoard writer flushes it, distppo writes it at a checkpoint
+    and at its stop)."""
+    for job in jobs:
+        if job.stopped or time.time() - job.polled < POLL_S:
+            continue
+        job.polled = time.time()
+        if finished(s, job.side, job.seed, out):
+            job.proc.send_signal(signal.SIGTERM)
+            job.stopped = True
+
+
 def say(text: str) -> None:
     print(f"{time.strftime('%H:%M:%S')} {text}", flush=True)
 
@@ -166,11 +191,13 @@ def run_all(s: dict, out: str, sides: list[str], parallel: int) -> list[str]:
                 say(f"{side} seed {seed}: {'resumed' if job.resumed else 'started'} on "
                     f"core(s) {','.join(map(str, slots[i]))}, log {job.log.name}")
             time.sleep(2)
+            if s.get("stop_at_iteration"):
+                stop_when_there(s, out, running.values())
             for i, job in [(i, j) for i, j in running.items() if j.proc.poll() is not None]:
                 del running[i]
                 job.log.close()
                 rc, wall = job.proc.returncode, time.time() - job.t0
-                if rc == 0 and finished(s, job.side, job.seed, out):
+                if (rc == 0 or job.stopped) and finished(s, job.side, job.seed, out):
                     with open(log_path(out, job.side, job.seed, ".done.json"), "w") as f:
                         json.dump({"wall_s": wall, "cores": job.cores}, f)
                     say(f"{job.side} seed {job.seed}: finished in {wall / 60:.1f} min")
@@ -193,13 +220,14 @@ def settings_of(a: argparse.Namespace, out: str) -> dict:
             sys.exit(f"error: {path} not found: --report-only needs a study folder")
         return stored
     s = {"env_id": a.env_id, "total_timesteps": a.total_timesteps,
-         "distppo_flags": a.distppo_flags, "seeds": a.seeds,
+         "distppo_flags": a.distppo_flags, "stop_at_iteration": a.stop_at_iteration,
+         "seeds": a.seeds,
          "cleanrl_dir": a.cleanrl_dir and os.path.abspath(a.cleanrl_dir), "cleanrl_script": SCRIPT,
          "parallel": a.parallel, "command": shlex.join(["python", *sys.argv])}
     if stored:
         for k in SAME:
-            if stored[k] != s[k]:
-                sys.exit(f"error: {out} holds a study with {k} = {stored[k]!r}, not {s[k]!r}: "
+            if stored.get(k) != s[k]:
+                sys.exit(f"error: {out} holds a study with {k} = {stored.get(k)!r}, not {s[k]!r}: "
                          "give the same value to continue it, or another --out")
         s["seeds"] = stored["seeds"] + [x for x in a.seeds if x not in stored["seeds"]]
     # every side any start asked for: a later `--sides distppo` does not make the other done
@@ -226,6 +254,10 @@ def check_inputs(a: argparse.Namespace, sides: list[str]) -> None:
     if a.total_timesteps < report.BATCH:
         sys.exit(f"error: --total-timesteps must be at least one iteration "
                  f"({report.BATCH:,} steps), got {a.total_timesteps}")
+    if a.stop_at_iteration is not None and not \
+            1 <= a.stop_at_iteration <= a.total_timesteps // report.BATCH:
+        sys.exit(f"error: --stop-at-iteration must be between 1 and the budget's "
+                 f"{a.total_timesteps // report.BATCH} iterations, got {a.stop_at_iteration}")
     if a.parallel < 1:
         sys.exit(f"error: --parallel must be >= 1, got {a.parallel}")
     if len(set(a.seeds)) != len(a.seeds) or min(a.seeds) < 0:
@@ -281,6 +313,10 @@ def parse(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--distppo-flags", default="--local",
                     help="more `distppo train` flags, one string (default --local: one "
                     "process, as CleanRL's; Ray with one runner learns the same)")
+    ap.add_argument("--stop-at-iteration", type=int, default=None, metavar="N",
+                    help="stop every run once its files hold iteration N, the learning rate "
+                    "still annealed over --total-timesteps: a study of the early diagnostics, "
+                    "judged by seed (default: run the whole budget)")
     ap.add_argument("--report-only", action="store_true",
                     help="rebuild the outputs from the runs' files as they are; start nothing")
     return ap.parse_args(argv)

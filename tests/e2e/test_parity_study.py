@@ -113,11 +113,11 @@ def test_permutation_p_by_hand():
     assert pr.permutation_p(np.zeros(50), np.ones(50) + np.arange(50) * 1e-3) == 1 / 10_001
 
 
-def diag_frame(shift_entropy):
+def diag_frame(shift_entropy, seeds=(1, 2, 3)):
     rng = np.random.default_rng(3)
     rows = []
     for side in pr.SIDES:
-        for seed in (1, 2, 3):
+        for seed in seeds:
             for it in range(1, 151):
                 row = {q: rng.normal() for q in pr.QUANTITIES}
                 if it > 100:  # after the window: no matter how far apart
@@ -142,6 +142,26 @@ def test_diagnostics_tests_use_the_first_100_iterations():
     assert not shifted.drop("entropy")["differs"].any()
 
 
+def test_diagnostics_tests_by_seed_count_each_run_once():
+    kw = {"by_seed": True, "permutations": 2000}
+    three = pr.diagnostics_tests(diag_frame(1.0), **kw).set_index("quantity")
+    assert (three["n_cleanrl"] == 3).all() and (three["n_distppo"] == 3).all()
+    # the side's mean of its seeds' means over iterations 1-100, by hand
+    d = diag_frame(1.0)
+    first = d[(d["iteration"] <= 100) & (d["side"] == "distppo")]
+    by_hand = np.mean([first[first["seed"] == k]["entropy"].mean() for k in (1, 2, 3)])
+    assert three.loc["entropy", "mean_distppo"] == pytest.approx(by_hand)
+    # 300 shifted iterations differ (test above); 3 seeds a side cannot (20 splits, p >= 0.1)
+    assert three.loc["entropy", "p"] == pytest.approx(0.1, abs=0.015)
+    assert not three["differs"].any()
+    six = pr.diagnostics_tests(diag_frame(1.0, seeds=range(1, 7)), **kw).set_index("quantity")
+    assert six.loc["entropy", "differs"] and six.loc["entropy", "p"] < 0.05 / 6
+    assert not six.drop("entropy")["differs"].any()
+    # one seed a side: undecided, not "no difference"
+    one = pr.diagnostics_tests(diag_frame(1.0, seeds=(1,)), **kw)
+    assert one["differs"].isna().all() and one["p"].isna().all()
+
+
 def test_verdict_rule():
     tests = pd.DataFrame({"differs": [False] * 6})
     assert pr.verdict({"holds": True}, tests) == "equivalent"
@@ -152,12 +172,18 @@ def test_verdict_rule():
     assert pr.verdict({"holds": None}, one) == "not equivalent"
     missing = pd.DataFrame({"differs": [False] * 5 + [None]})
     assert pr.verdict({"holds": True}, missing) == "undecided"
+    # a study stopped early: its diagnostics alone
+    assert pr.verdict(None, tests) == "equivalent"
+    assert pr.verdict(None, one) == "not equivalent"
+    assert pr.verdict(None, missing) == "undecided"
 
 
 @pytest.mark.parametrize("argv, message", [
     (["--env-id", "BreakoutNoFrameskip-v4"], "EnvPool ids"),
     (["--total-timesteps", "100"], "at least one iteration"),
     (["--seeds", "1", "1"], "distinct"),
+    (["--stop-at-iteration", "0"], "between 1 and the budget's 976 iterations"),
+    (["--total-timesteps", "4096", "--stop-at-iteration", "5"], "budget's 4 iterations"),
     (["--sides", "cleanrl", "--cleanrl-dir", "/no/such/dir"], "no cleanrl/ppo_atari_envpool.py"),
     (["--report-only"], "study.json not found"),
 ])
@@ -274,3 +300,34 @@ def test_study_cleanrl_side_read_back(study):
     assert ((c["entropy"] > 0) & (c["entropy"] <= math.log(4) + 1e-6)).all()  # 4 actions
     assert ((c["clipfrac"] >= 0) & (c["clipfrac"] <= 1)).all() and (c["approx_kl"] >= 0).all()
     assert (c["value_loss"] > 0).all()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)  # one run of a few iterations, on a loaded 2-core machine
+def test_study_stopped_early_is_judged_by_seed(tmp_path):
+    out = tmp_path / "early"
+    cmd = [sys.executable, os.path.join(REPO, "launch", "parity_study.py"), "--out", str(out),
+           "--seeds", "1", "--sides", "distppo", "--total-timesteps", "1000000",
+           "--distppo-flags", "--local --checkpoint-every 1", "--stop-at-iteration"]
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    run = subprocess.run(cmd + ["2"], capture_output=True, text=True, env=env, cwd=REPO,
+                         timeout=600)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr
+    assert "distppo seed 1: finished in" in run.stdout
+    assert "stopped by SIGTERM" in (out / "logs" / "distppo-seed1.log").read_text()
+    its = pd.read_parquet(out / "diagnostics.parquet")["iteration"].tolist()
+    assert its == list(range(1, len(its) + 1)) and 2 <= len(its) < 976  # stopped, not run out
+    readme = (out / "README.md").read_text()
+    assert "**Verdict: undecided**" in readme and "all runs finished" in readme
+    assert "Diagnostics of iterations 1-2, by seed (judged)" in readme
+    assert "not judged: every run stopped at iteration 2" in readme
+    # the stop is part of the study: kept as finished, and not changed on a later start
+    kept = subprocess.run(cmd + ["2"], capture_output=True, text=True, env=env, cwd=REPO,
+                          timeout=300)
+    assert kept.returncode == 0 and "distppo seed 1: finished before, kept" in kept.stdout
+    other = subprocess.run(cmd + ["3"], capture_output=True, text=True, env=env, cwd=REPO,
+                           timeout=300)
+    assert other.returncode != 0
+    assert other.stderr.strip().splitlines() == [
+        f"error: {out} holds a study with stop_at_iteration = 2, not 3: give the same value "
+        "to continue it, or another --out"]
