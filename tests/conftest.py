@@ -33,12 +33,30 @@ def pytest_configure(config):
     with a token its clients no longer read: the controller makes the token once, first."""
     if getattr(config.option, "loadscopereorder", None):
         config.option.loadscopereorder = False
-    if hasattr(config, "workerinput") or os.environ.get("RAY_AUTH_MODE"):
+    if hasattr(config, "workerinput"):
+        own_share_of_the_cores(config.workerinput)
+        return
+    if os.environ.get("RAY_AUTH_MODE"):
         return
     if not (Path.home() / ".ray" / "auth_token").exists():
         subprocess.run([sys.executable, "-c", "from ray.scripts.scripts import main; main()",
                         "get-auth-token", "--generate"], capture_output=True, timeout=120,
                        check=True)
+
+
+def own_share_of_the_cores(workerinput: dict) -> None:
+    """Each pytest-xdist worker runs on its own share of the cores, and so do the processes it
+    starts (its Ray included): "auto" thread counts then follow the share, as for jobs pinned
+    with taskset on a shared node. Unpinned, a run's two torch threads share the cores with
+    the other worker's processes, and each op waits for the thread that is not running
+    (docs/benchmarks.md). The tests that need every core are marked serial."""
+    workers, index = int(workerinput["workercount"]), int(workerinput["workerid"][2:])
+    if not hasattr(os, "sched_setaffinity") or workers < 2:
+        return
+    cores = sorted(os.sched_getaffinity(0))
+    share = len(cores) // workers
+    if share >= 1:
+        os.sched_setaffinity(0, cores[index * share:(index + 1) * share])
 
 
 @pytest.fixture(scope="session")
