@@ -316,22 +316,27 @@ def read_runs(runs: list[dict]) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFram
 def write_report(out: str, settings: Mapping, runs: list[dict]) -> str:
     """Every output of the study folder from the runs' files as they are now; the verdict."""
     returns, diagnostics, info = read_runs(runs)
+    total = int(settings["total_timesteps"])
+    stop = settings.get("stop_at_iteration")
+    horizon = min(total, stop * BATCH) if stop else total  # the steps every run is judged on
+    if stop:  # a run goes on for up to a poll past its stop: each side over the same steps
+        returns = returns[returns["global_step"] <= horizon].reset_index(drop=True)
+        diagnostics = diagnostics[diagnostics["iteration"] <= stop].reset_index(drop=True)
     returns.to_parquet(os.path.join(out, "returns.parquet"), index=False)
     diagnostics.to_parquet(os.path.join(out, "diagnostics.parquet"), index=False)
-    total = int(settings["total_timesteps"])
-    table = last100_at(returns, info, total)
+    table = last100_at(returns, info, horizon)
     finished = info[info["finished"]]
     end_rows = table[(table["fraction"] == 1.0)
                      & table.set_index(["side", "seed"]).index.isin(
                          finished.set_index(["side", "seed"]).index)]
     end = end_check({s: end_rows.loc[end_rows["side"] == s, "value"] for s in SIDES})
-    stop = settings.get("stop_at_iteration")
     tests = diagnostics_tests(diagnostics, stop or EARLY_ITERATIONS)
     seeds = diagnostics_tests(diagnostics, stop, by_seed=True) if stop else None
     result = verdict(None, seeds) if stop else verdict(end, tests)
     plot_curves(binned_curves(returns), f"{settings['env_id']}: CleanRL's script vs distppo, "
-                f"{total:,} steps each", os.path.join(out, "learning_curves.png"))
-    text = readme(settings, info, table_markdown(table, info, total), end, tests, result,
+                f"{horizon:,} steps each" + (f" (of a {total:,}-step schedule)" if stop else ""),
+                os.path.join(out, "learning_curves.png"))
+    text = readme(settings, info, table_markdown(table, info, horizon), end, tests, result,
                   seeds)
     with open(os.path.join(out, "README.md"), "w", encoding="utf-8") as f:
         f.write(text)
@@ -391,7 +396,7 @@ def readme(settings: Mapping, info: pd.DataFrame, table: list[str], end: dict,
         "## Verdict rule", "", RULE, "",
         "## End: last 100 games", "", margin, "",
         "Each run's mean return of its last 100 games that ended by 25/50/75/100% of the "
-        "budget:", "", *table, "",
+        + (f"{stop * BATCH:,} steps run:" if stop else "budget:"), "", *table, "",
         *([f"## Diagnostics of iterations 1-{early}, by seed (judged)", "",
            "Each run's mean over the iterations is one value:", "",
            *tests_markdown(seeds), ""] if seeds is not None else []),
@@ -404,6 +409,8 @@ def readme(settings: Mapping, info: pd.DataFrame, table: list[str], end: dict,
         "episodic_return (the full-game score).",
         "- `diagnostics.parquet`: one row per iteration and run: side, seed, iteration, "
         f"global_step, {', '.join(QUANTITIES)}.",
+        *([f"- Both end at iteration {stop} ({stop * BATCH:,} steps): what a run ran past its "
+           "stop before the study's SIGTERM reached it is left out."] if stop else []),
         f"- `learning_curves.png`: mean and min-max over seeds of the return, "
         f"{BIN_STEPS:,}-step bins.",
         "- `runs/`: each run's own files (CleanRL's TensorBoard events, distppo's run "

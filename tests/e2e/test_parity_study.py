@@ -315,9 +315,14 @@ def test_study_stopped_early_is_judged_by_seed(tmp_path):
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr
     assert "distppo seed 1: finished in" in run.stdout
     assert "stopped by SIGTERM" in (out / "logs" / "distppo-seed1.log").read_text()
-    its = pd.read_parquet(out / "diagnostics.parquet")["iteration"].tolist()
-    assert its == list(range(1, len(its) + 1)) and 2 <= len(its) < 976  # stopped, not run out
+    from distppo.telemetry.parquet import read_metrics
+    ran = read_metrics(out / "runs" / "distppo-seed1" / "metrics.parquet").num_rows
+    assert 2 <= ran < 976  # stopped, not run out
+    # the study's files end at the stop, whatever a run did before the SIGTERM reached it
+    assert pd.read_parquet(out / "diagnostics.parquet")["iteration"].tolist() == [1, 2]
+    assert (pd.read_parquet(out / "returns.parquet")["global_step"] <= 2 * pr.BATCH).all()
     readme = (out / "README.md").read_text()
+    assert "| 100% (2,048) |" in readme
     assert "**Verdict: undecided**" in readme and "all runs finished" in readme
     assert "Diagnostics of iterations 1-2, by seed (judged)" in readme
     assert "not judged: every run stopped at iteration 2" in readme
