@@ -28,6 +28,8 @@ def pytest_configure(config):
     """pytest-xdist (3.x) reorders `--dist loadfile`'s files by their number of tests unless
     told not to: RUN_FIRST's order is kept instead (a file of many quick tests is no long one).
 
+    Each pytest-xdist worker pins itself to its share of the cores (own_share_of_the_cores).
+
     Under pytest-xdist each worker starts its own Ray. A first Ray start writes
     ~/.ray/auth_token without a lock, so two workers starting together can leave one cluster
     with a token its clients no longer read: the controller makes the token once, first."""
@@ -54,9 +56,9 @@ def own_share_of_the_cores(workerinput: dict) -> None:
     if not hasattr(os, "sched_setaffinity") or workers < 2:
         return
     cores = sorted(os.sched_getaffinity(0))
-    share = len(cores) // workers
-    if share >= 1:
-        os.sched_setaffinity(0, cores[index * share:(index + 1) * share])
+    # every workers-th core from its own: no core left out, and a restarted worker (a new id,
+    # the same count) or one beyond the cores shares a core rather than getting none
+    os.sched_setaffinity(0, cores[index % workers::workers] or [cores[index % len(cores)]])
 
 
 @pytest.fixture(scope="session")

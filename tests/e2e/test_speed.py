@@ -291,7 +291,7 @@ def _cartpole_batch(t: int, n: int) -> RolloutBatch:
         next_value=np.zeros(n, np.float32), next_done=np.zeros(n, dtype=bool))
 
 
-@pytest.mark.serial  # a handover needs 2 cores: a parallel-pass worker owns 1
+@pytest.mark.serial  # a handover needs 2 cores; a parallel-pass worker owns half
 def test_learner_takes_the_runners_cores_once_the_rollout_is_in(ray_cluster):
     """Learner, the plain object the Ray actor wraps, with 1 thread and a handover to 2, its
     minibatch gradients in 2 slices: with a rollout in flight the slices run one at a time
@@ -395,7 +395,7 @@ def test_ray_run_says_and_records_its_threads(ray_cluster, tmp_path):
     assert placement["malloc_reuse"] is True  # applied in the learner and the runner actors
 
 
-@pytest.mark.serial  # a handover needs 2 cores: a parallel-pass worker owns 1
+@pytest.mark.serial  # a handover needs 2 cores; a parallel-pass worker owns half
 def test_overlap_handover_gives_the_same_numbers_at_every_run(ray_cluster, tmp_path):
     """--overlap on a small node: a learner with 1 thread runs its gradient slices on the
     runners' cores too, once they have delivered, a moment that differs from run to run; two
