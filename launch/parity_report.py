@@ -7,6 +7,7 @@ stated in advance, and a permutation test per diagnostic over the first 100 iter
 from __future__ import annotations
 
 import glob
+import itertools
 import math
 import os
 from typing import Iterable, Mapping
@@ -161,10 +162,18 @@ def end_check(end: Mapping[str, Iterable[float]]) -> dict:
 def permutation_p(a: np.ndarray, b: np.ndarray, permutations: int = PERMUTATIONS,
                   seed: int = PERMUTATION_SEED) -> float:
     """Two-sided permutation test of mean(a) - mean(b): the share of relabellings (and the
-    observed one) whose |difference| is at least the observed one."""
+    observed one) whose |difference| is at least the observed one. Exact, over every split,
+    when there are no more splits than `permutations` (a few seeds a side): a sampled p there
+    would scatter around the threshold at the smallest p the split count allows."""
     a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
     pooled = np.concatenate([a, b])
     observed = abs(a.mean() - b.mean())
+    tol = 1e-12 * max(1.0, observed)  # a relabelling equal to the observed one counts
+    if math.comb(pooled.size, a.size) <= permutations:
+        total = pooled.sum()
+        diffs = np.array([pooled[list(c)].sum() / a.size - (total - pooled[list(c)].sum())
+                          / b.size for c in itertools.combinations(range(pooled.size), a.size)])
+        return float(np.mean(np.abs(diffs) >= observed - tol))
     rng = np.random.default_rng(seed)
     hits = done = 0
     while done < permutations:  # chunks keep the [k, n] index matrix small
@@ -172,8 +181,7 @@ def permutation_p(a: np.ndarray, b: np.ndarray, permutations: int = PERMUTATIONS
         idx = rng.permuted(np.tile(np.arange(pooled.size), (k, 1)), axis=1)  # [k, n]
         shuffled = pooled[idx]
         diff = shuffled[:, :a.size].mean(axis=1) - shuffled[:, a.size:].mean(axis=1)  # [k]
-        # a relabelling equal to the observed one counts despite float summation order
-        hits += int(np.sum(np.abs(diff) >= observed - 1e-12 * max(1.0, observed)))
+        hits += int(np.sum(np.abs(diff) >= observed - tol))
         done += k
     return (hits + 1) / (permutations + 1)
 
@@ -182,24 +190,42 @@ def diagnostics_tests(diag: pd.DataFrame, iterations: int = EARLY_ITERATIONS,
                       permutations: int = PERMUTATIONS, by_seed: bool = False) -> pd.DataFrame:
     """Per quantity, over iterations 1..`iterations` of every seed: each side's mean, the
     number of values, the permutation p-value and whether it differs (p < ALPHA / 6). NaN
-    values (explained variance of constant returns) are left out. `by_seed`: each run's mean
-    over those iterations is one value, so correlated iterations of one seed count once."""
+    values (explained variance of constant returns) are left out. `by_seed`: each run that
+    holds all those iterations gives one value, its mean over them, so the correlated
+    iterations of one seed count once; with too few seeds for any split to reach the
+    threshold, a quantity is undecided (None), not "no difference"."""
     early = diag[diag["iteration"] <= iterations]
     if by_seed:
-        early = early.groupby(["side", "seed"], as_index=False)[list(QUANTITIES)].mean()
+        whole = early.groupby(["side", "seed"])["iteration"].transform("nunique") == iterations
+        early = early[whole].groupby(["side", "seed"], as_index=False)[list(QUANTITIES)].mean()
     rows = []
     for q in QUANTITIES:
         vals = {s: early.loc[early["side"] == s, q].dropna().to_numpy(dtype=float) for s in SIDES}
         row = {"quantity": q, **{f"mean_{s}": float(vals[s].mean()) if vals[s].size else math.nan
                                  for s in SIDES},
                **{f"n_{s}": int(vals[s].size) for s in SIDES}}
-        if all(v.size >= (2 if by_seed else 1) for v in vals.values()):
+        if all(v.size for v in vals.values()) and (not by_seed or can_differ(
+                vals["cleanrl"].size, vals["distppo"].size)):
             row["p"] = permutation_p(vals["cleanrl"], vals["distppo"], permutations)
             row["differs"] = bool(row["p"] < ALPHA / len(QUANTITIES))
         else:
             row["p"], row["differs"] = math.nan, None
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def can_differ(n_a: int, n_b: int) -> bool:
+    """Whether the most extreme split of n_a against n_b values reaches p < ALPHA / 6: its
+    p is 2 / C(n_a + n_b, n_a) with equal sides (the split and its mirror), else 1 / C."""
+    return (2 if n_a == n_b else 1) / math.comb(n_a + n_b, n_a) < ALPHA / len(QUANTITIES)
+
+
+def cut_at_stop(returns: pd.DataFrame, diagnostics: pd.DataFrame, stop: int
+                ) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Each run's games and iterations up to iteration `stop` (stop x BATCH steps): a run goes
+    on for up to a poll past its stop, and the sides are compared over the same steps."""
+    return (returns[returns["global_step"] <= stop * BATCH].reset_index(drop=True),
+            diagnostics[diagnostics["iteration"] <= stop].reset_index(drop=True))
 
 
 def verdict(end: dict | None, tests: pd.DataFrame) -> str:
@@ -290,10 +316,11 @@ Fixed in launch/parity_report.py before any run:
 - **Equivalent** when the end margin holds and no quantity differs; **not equivalent** when
   either fails; **undecided** with fewer than 2 finished seeds on a side or no diagnostics.
 - **A study stopped early** (`--stop-at-iteration N`) judges the diagnostics of iterations
-  1-N alone, by seeds: each run's mean of a quantity over those iterations is one value and
-  the sides' values go through the same permutation test and threshold. It needs >= 5 seeds a
-  side to be able to call a difference (C(10, 5) = 252 splits), so correlated iterations no
-  longer count as independent evidence."""
+  1-N alone, by seed: each run that holds all N iterations gives one value per quantity, its
+  mean over them, and the sides' values go through the same permutation test (exact over
+  every split when there are at most 10,000) and threshold. By seed, a seed's correlated
+  iterations count once. A quantity is undecided while no split of the seeds could reach the
+  threshold: below 5 seeds a side (5 against 5: 252 splits, smallest p 2/252)."""
 
 
 def read_runs(runs: list[dict]) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
@@ -319,9 +346,8 @@ def write_report(out: str, settings: Mapping, runs: list[dict]) -> str:
     total = int(settings["total_timesteps"])
     stop = settings.get("stop_at_iteration")
     horizon = min(total, stop * BATCH) if stop else total  # the steps every run is judged on
-    if stop:  # a run goes on for up to a poll past its stop: each side over the same steps
-        returns = returns[returns["global_step"] <= horizon].reset_index(drop=True)
-        diagnostics = diagnostics[diagnostics["iteration"] <= stop].reset_index(drop=True)
+    if stop:
+        returns, diagnostics = cut_at_stop(returns, diagnostics, stop)
     returns.to_parquet(os.path.join(out, "returns.parquet"), index=False)
     diagnostics.to_parquet(os.path.join(out, "diagnostics.parquet"), index=False)
     table = last100_at(returns, info, horizon)
@@ -381,7 +407,9 @@ def readme(settings: Mapping, info: pd.DataFrame, table: list[str], end: dict,
     return "\n".join([
         f"# Parity study: CleanRL's `{s['cleanrl_script']}` vs `distppo train`, "
         f"{s['env_id']}", "",
-        f"**Verdict: {result}** ({status}).", "",
+        f"**Verdict: {result}**"
+        + (f" on the diagnostics of iterations 1-{stop}, by seed" if stop else "")
+        + f" ({status}).", "",
         f"Seeds {', '.join(map(str, s['seeds']))}; {total:,} agent steps per run on each side, "
         f"the learning rate annealed to 0 over those {total:,} steps on both sides (not the "
         "first part of a longer run)"

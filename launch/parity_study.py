@@ -36,6 +36,7 @@ import signal
 import subprocess
 import sys
 import time
+from typing import Iterable
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # the launch/ scripts
 
@@ -47,7 +48,8 @@ SCRIPT = os.path.join("cleanrl", "ppo_atari_envpool.py")
 IGNORED = "runs/*/checkpoints/\n.study.lock\n.distppo.lock\n"
 # a study's identity, fixed at its start
 SAME = ("env_id", "total_timesteps", "distppo_flags", "stop_at_iteration")
-POLL_S = 3  # how often a run stopped early has its files read (a read takes ms)
+POLL_S = 3  # seconds between reads of a run's files, for a study stopped early
+STOP_GRACE_S = 120  # a stopped run that has not ended by then is killed
 
 
 def run_path(out: str, side: str, seed: int) -> str:
@@ -115,10 +117,19 @@ def iterations_wanted(s: dict) -> int:
 
 
 def finished(s: dict, side: str, seed: int, out: str) -> bool:
-    """Whether the run's files hold every iteration the study wants."""
+    """Whether the run's files hold every iteration the study wants, the last one whole
+    (CleanRL's writer appends its losses one scalar at a time; explained variance may be NaN)."""
     reader = report.read_cleanrl if side == "cleanrl" else report.read_distppo
     diag = reader(run_path(out, side, seed), seed)[1]
-    return len(diag) > 0 and int(diag["iteration"].max()) >= iterations_wanted(s)
+    last = diag[diag["iteration"] == iterations_wanted(s)]
+    losses = [q for q in report.QUANTITIES if q != "explained_variance"]
+    return len(last) > 0 and bool(last[losses].notna().all(axis=None))
+
+
+def mark_done(out: str, side: str, seed: int, wall: float | None, cores: list[int]) -> None:
+    """The run's mark of finished (wall None: its time is not known)."""
+    with open(log_path(out, side, seed, ".done.json"), "w") as f:
+        json.dump({"wall_s": wall, "cores": cores}, f)
 
 
 class Job:
@@ -126,7 +137,7 @@ class Job:
 
     def __init__(self, s: dict, side: str, seed: int, out: str, cores: list[int]) -> None:
         self.side, self.seed, self.cores, self.t0 = side, seed, cores, time.time()
-        self.polled, self.stopped = self.t0, False
+        self.polled, self.stopped = self.t0, None  # stopped: when the study sent SIGTERM
         cmd = (cleanrl_command(s, seed, out) if side == "cleanrl"
                else distppo_command(s, seed, out, len(cores)))
         env = dict(os.environ, OMP_NUM_THREADS=str(len(cores)), MKL_NUM_THREADS=str(len(cores)),
@@ -146,7 +157,7 @@ def stop_all(jobs: list[Job], grace_s: float = 60) -> None:
     """SIGTERM to every run (distppo takes it as Ctrl-C and leaves a resumable folder; a run
     started from a background shell ignores SIGINT), then SIGKILL what is left after grace_s."""
     for job in jobs:
-        if job.proc.poll() is None:
+        if job.proc.poll() is None and job.stopped is None:  # a stopped one is ending already
             job.proc.send_signal(signal.SIGTERM)
     deadline = time.time() + grace_s
     for job in jobs:
@@ -158,17 +169,25 @@ def stop_all(jobs: list[Job], grace_s: float = 60) -> None:
         job.log.close()
 
 
-def stop_when_there(s: dict, out: str, jobs) -> None:
-    """SIGTERM to each run whose files hold the study's last iteration (what a file shows
-    is on disk: CleanRL's TensorBoard writer flushes it, distppo writes it at a checkpoint
-    and at its stop)."""
+def stop_when_there(s: dict, out: str, jobs: Iterable[Job]) -> None:
+    """SIGTERM to each run whose files hold the study's last iteration (what a reader sees
+    is on disk: CleanRL's TensorBoard writer appends each scalar, distppo its
+    metrics.tail.jsonl each row); SIGKILL to one that has not ended STOP_GRACE_S later."""
     for job in jobs:
-        if job.stopped or time.time() - job.polled < POLL_S:
+        if job.stopped is not None:
+            if time.time() - job.stopped > STOP_GRACE_S:
+                job.proc.kill()
+            continue
+        if time.time() - job.polled < POLL_S:
             continue
         job.polled = time.time()
-        if finished(s, job.side, job.seed, out):
+        try:
+            there = finished(s, job.side, job.seed, out)
+        except Exception:  # noqa: BLE001  a file read while its writer appends: not yet
+            there = False
+        if there:
             job.proc.send_signal(signal.SIGTERM)
-            job.stopped = True
+            job.stopped = time.time()
 
 
 def say(text: str) -> None:
@@ -187,6 +206,11 @@ def run_all(s: dict, out: str, sides: list[str], parallel: int) -> list[str]:
         while pending or running:
             for i in [i for i in range(parallel) if i not in running][:len(pending)]:
                 side, seed = pending.pop(0)
+                if s.get("stop_at_iteration") and finished(s, side, seed, out):
+                    # stopped in the moment between its last iteration and its mark
+                    mark_done(out, side, seed, None, [])
+                    say(f"{side} seed {seed}: its files hold the study's iterations, kept")
+                    continue
                 job = running[i] = Job(s, side, seed, out, slots[i])
                 say(f"{side} seed {seed}: {'resumed' if job.resumed else 'started'} on "
                     f"core(s) {','.join(map(str, slots[i]))}, log {job.log.name}")
@@ -197,9 +221,9 @@ def run_all(s: dict, out: str, sides: list[str], parallel: int) -> list[str]:
                 del running[i]
                 job.log.close()
                 rc, wall = job.proc.returncode, time.time() - job.t0
-                if (rc == 0 or job.stopped) and finished(s, job.side, job.seed, out):
-                    with open(log_path(out, job.side, job.seed, ".done.json"), "w") as f:
-                        json.dump({"wall_s": wall, "cores": job.cores}, f)
+                if (rc == 0 or job.stopped is not None) and finished(s, job.side, job.seed,
+                                                                     out):
+                    mark_done(out, job.side, job.seed, wall, job.cores)
                     say(f"{job.side} seed {job.seed}: finished in {wall / 60:.1f} min")
                 else:
                     failed.append(f"{job.side} seed {job.seed}")
@@ -227,8 +251,8 @@ def settings_of(a: argparse.Namespace, out: str) -> dict:
     if stored:
         for k in SAME:
             if stored.get(k) != s[k]:
-                sys.exit(f"error: {out} holds a study with {k} = {stored.get(k)!r}, not {s[k]!r}: "
-                         "give the same value to continue it, or another --out")
+                sys.exit(f"error: {out} holds a study with {k} = {shown(stored.get(k))}, not "
+                         f"{shown(s[k])}: give the same value to continue it, or another --out")
         s["seeds"] = stored["seeds"] + [x for x in a.seeds if x not in stored["seeds"]]
     # every side any start asked for: a later `--sides distppo` does not make the other done
     earlier = report.sides_asked(stored) if stored else []
@@ -246,6 +270,10 @@ def settings_of(a: argparse.Namespace, out: str) -> dict:
     return s
 
 
+def shown(value) -> str:
+    return "not given" if value is None else repr(value)
+
+
 def check_inputs(a: argparse.Namespace, sides: list[str]) -> None:
     """One clear line for each thing a user can get wrong, before anything starts."""
     if not a.env_id.endswith("-v5"):
@@ -254,10 +282,11 @@ def check_inputs(a: argparse.Namespace, sides: list[str]) -> None:
     if a.total_timesteps < report.BATCH:
         sys.exit(f"error: --total-timesteps must be at least one iteration "
                  f"({report.BATCH:,} steps), got {a.total_timesteps}")
-    if a.stop_at_iteration is not None and not \
-            1 <= a.stop_at_iteration <= a.total_timesteps // report.BATCH:
-        sys.exit(f"error: --stop-at-iteration must be between 1 and the budget's "
-                 f"{a.total_timesteps // report.BATCH} iterations, got {a.stop_at_iteration}")
+    budget = a.total_timesteps // report.BATCH
+    if a.stop_at_iteration is not None and not 1 <= a.stop_at_iteration < budget:
+        sys.exit(f"error: --stop-at-iteration must be 1 to {budget - 1}, fewer than the "
+                 f"budget's {budget} iterations (without it a run goes to the end), got "
+                 f"{a.stop_at_iteration}")
     if a.parallel < 1:
         sys.exit(f"error: --parallel must be >= 1, got {a.parallel}")
     if len(set(a.seeds)) != len(a.seeds) or min(a.seeds) < 0:
