@@ -259,7 +259,8 @@ def plot_curves(curves: pd.DataFrame, title: str, path: str) -> None:
     ax.set_ylabel(f"episodic return ({BIN_STEPS // 1000}k-step bins)")
     ax.set_title(title)
     ax.grid(alpha=0.3)
-    ax.legend(loc="upper left", fontsize=8)
+    if len(curves):  # no game yet: an empty frame, no legend
+        ax.legend(loc="upper left", fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
@@ -351,7 +352,7 @@ def write_report(out: str, settings: Mapping, runs: list[dict]) -> str:
     returns.to_parquet(os.path.join(out, "returns.parquet"), index=False)
     diagnostics.to_parquet(os.path.join(out, "diagnostics.parquet"), index=False)
     table = last100_at(returns, info, horizon)
-    finished = info[info["finished"]]
+    finished = info[info["finished"].astype(bool)]  # an empty column is of objects
     end_rows = table[(table["fraction"] == 1.0)
                      & table.set_index(["side", "seed"]).index.isin(
                          finished.set_index(["side", "seed"]).index)]

@@ -6,6 +6,7 @@ checkout and gym + tyro (CleanRL's imports, not distppo's) are installed; otherw
 side alone, and the CleanRL checks are skipped with the reason. Nothing is installed here.
 """
 import importlib.util
+import json
 import math
 import os
 import re
@@ -184,6 +185,18 @@ def test_cut_at_stop_keeps_the_steps_every_run_holds():
     r, d = pr.cut_at_stop(returns, diag, 2)
     assert r["global_step"].tolist() == [1024, 2048] and r.index.tolist() == [0, 1]
     assert sorted(set(d["iteration"])) == [1, 2] and len(d) == 2 * 3 * 2
+
+
+@pytest.mark.parametrize("stop", [None, 100])
+def test_report_of_a_study_with_no_run_yet(tmp_path, stop):
+    """--report-only before any run has a folder (stopped at once): undecided, every file."""
+    settings = json.loads(open(os.path.join(REPO, "docs", "results", "parity-breakout",
+                                            "study.json")).read())
+    settings["stop_at_iteration"] = stop
+    assert pr.write_report(str(tmp_path), settings, []) == "undecided"
+    assert "**Verdict: undecided**" in (tmp_path / "README.md").read_text()
+    assert len(pd.read_parquet(tmp_path / "returns.parquet")) == 0
+    assert len(pd.read_parquet(tmp_path / "diagnostics.parquet")) == 0
 
 
 def test_a_study_from_before_the_stop_flag_continues(tmp_path):
