@@ -13,7 +13,7 @@ import os
 from typing import Mapping
 
 from ray.air.integrations.mlflow import MLflowLoggerCallback
-from ray.air.integrations.wandb import WandbLoggerCallback
+from ray.air.integrations.wandb import WandbLoggerCallback, _WandbLoggingActor
 
 from distppo.config import SweepConfig
 from distppo.telemetry.trackers import scalars
@@ -40,7 +40,21 @@ class MlflowCallback(MLflowLoggerCallback):
                                                     "timesteps_total": result["global_step"]})
 
 
+class _WandbActor(_WandbLoggingActor):
+    """Tune's W&B logging actor for one trial, returning only once W&B's service process has
+    exited. Tune kills the actor, and Ray its child processes, as soon as run() returns, and
+    wandb.finish() returns before that service has written the run's last records: on a busy
+    node an offline run lost its whole history so. teardown() waits for the service, as
+    W&B's exit hook would in a process that is not killed."""
+
+    def run(self):
+        super().run()
+        self._wandb.teardown()
+
+
 class WandbCallback(WandbLoggerCallback):
+    _logger_actor_cls = _WandbActor
+
     def log_trial_result(self, iteration: int, trial, result: dict):
         keep = {k: result[k] for k in ("training_iteration", "trial_id") if k in result}
         super().log_trial_result(iteration, trial, {**tracked(result), **keep})
