@@ -74,17 +74,31 @@ def read_cleanrl(workdir: str, seed: int) -> tuple[pd.DataFrame, pd.DataFrame]:
 def read_distppo(run_dir: str, seed: int) -> tuple[pd.DataFrame, pd.DataFrame]:
     """distppo's games from its TensorBoard charts/episodic_return (one point per game, at the
     global_step of the iteration it ended in) and its losses from metrics.parquet."""
-    from distppo.telemetry.parquet import read_metrics
-    from distppo.telemetry.runlayout import METRICS
     if not os.path.isdir(run_dir):
         return empty_returns(), empty_diagnostics()
     games = tb_scalars(run_dir, ["charts/episodic_return"])["charts/episodic_return"]
     returns = pd.DataFrame({"side": "distppo", "seed": seed,
                             "global_step": [s for s, _ in games],
                             "episodic_return": [v for _, v in games]})
+    return typed(returns, RETURN_COLUMNS), distppo_diagnostics(run_dir, seed)
+
+
+def distppo_diagnostics(run_dir: str, seed: int) -> pd.DataFrame:
+    """distppo's losses alone, from metrics.parquet (no TensorBoard file read)."""
+    from distppo.telemetry.parquet import read_metrics
+    from distppo.telemetry.runlayout import METRICS
+    if not os.path.isdir(run_dir):
+        return empty_diagnostics()
     metrics = read_metrics(os.path.join(run_dir, METRICS)).to_pandas()
     diag = metrics[["iteration", "global_step", *QUANTITIES]].assign(side="distppo", seed=seed)
-    return typed(returns, RETURN_COLUMNS), typed(diag, DIAGNOSTIC_COLUMNS)
+    return typed(diag, DIAGNOSTIC_COLUMNS)
+
+
+def read_diagnostics(side: str, path: str, seed: int) -> pd.DataFrame:
+    """A run's per-iteration losses (CleanRL's share one event file with its games)."""
+    if side == "cleanrl":
+        return read_cleanrl(path, seed)[1]
+    return distppo_diagnostics(path, seed)
 
 
 def typed(frame: pd.DataFrame, columns: tuple[str, ...]) -> pd.DataFrame:
@@ -170,9 +184,9 @@ def permutation_p(a: np.ndarray, b: np.ndarray, permutations: int = PERMUTATIONS
     observed = abs(a.mean() - b.mean())
     tol = 1e-12 * max(1.0, observed)  # a relabelling equal to the observed one counts
     if math.comb(pooled.size, a.size) <= permutations:
-        total = pooled.sum()
-        diffs = np.array([pooled[list(c)].sum() / a.size - (total - pooled[list(c)].sum())
-                          / b.size for c in itertools.combinations(range(pooled.size), a.size)])
+        sides = np.array(list(itertools.combinations(range(pooled.size), a.size)))  # [C, n_a]
+        sums = pooled[sides].sum(axis=1)  # [C]
+        diffs = sums / a.size - (pooled.sum() - sums) / b.size
         return float(np.mean(np.abs(diffs) >= observed - tol))
     rng = np.random.default_rng(seed)
     hits = done = 0
@@ -346,7 +360,7 @@ def write_report(out: str, settings: Mapping, runs: list[dict]) -> str:
     returns, diagnostics, info = read_runs(runs)
     total = int(settings["total_timesteps"])
     stop = settings.get("stop_at_iteration")
-    horizon = min(total, stop * BATCH) if stop else total  # the steps every run is judged on
+    horizon = stop * BATCH if stop else total  # the steps every run is judged on
     if stop:
         returns, diagnostics = cut_at_stop(returns, diagnostics, stop)
     returns.to_parquet(os.path.join(out, "returns.parquet"), index=False)

@@ -119,8 +119,7 @@ def iterations_wanted(s: dict) -> int:
 def finished(s: dict, side: str, seed: int, out: str) -> bool:
     """Whether the run's files hold every iteration the study wants, the last one whole
     (CleanRL's writer appends its losses one scalar at a time; explained variance may be NaN)."""
-    reader = report.read_cleanrl if side == "cleanrl" else report.read_distppo
-    diag = reader(run_path(out, side, seed), seed)[1]
+    diag = report.read_diagnostics(side, run_path(out, side, seed), seed)
     last = diag[diag["iteration"] == iterations_wanted(s)]
     losses = [q for q in report.QUANTITIES if q != "explained_variance"]
     return len(last) > 0 and bool(last[losses].notna().all(axis=None))

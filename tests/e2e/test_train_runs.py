@@ -155,8 +155,8 @@ def test_sigterm_to_the_process_group_stops_a_run_on_its_own_ray_in_one_line(tmp
     stopped = pd.read_parquet(run_dir / "metrics.parquet")["iteration"].tolist()
     assert 10 <= len(stopped) < 200 and stopped == list(range(1, len(stopped) + 1))
 
-    # one torch thread, kept by the resume: beside the other pytest worker, two threads of a
-    # tiny model wait on each other's core at every op (4x slower here, and spinning)
+    # one torch thread, kept by the resume: two threads of a tiny model only wait on each
+    # other's core at every op when another process keeps a core busy (docs/benchmarks.md)
     done = run_cli("train", "--resume", run_dir, "--local", timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert pd.read_parquet(run_dir / "metrics.parquet")["iteration"].tolist() == \
