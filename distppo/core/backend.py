@@ -13,6 +13,7 @@ from typing import Optional, Protocol
 import torch
 
 from distppo.config import TrainConfig
+from distppo.core.hostcopy import to_host
 from distppo.core.learner import PPOLearner
 from distppo.core.rollout import RolloutBatch, RolloutMeta
 from distppo.core.sampler import make_sampler
@@ -130,7 +131,8 @@ class LocalBackend:
         return self.learner.update(RolloutBatch.concat(batches), iteration)
 
     def learner_state(self) -> dict:
-        return self.learner.state_dict()
+        # on the CPU, as a Ray learner hands it over: a checkpoint reads the same everywhere
+        return to_host(self.learner.state_dict())
 
     def load_learner_state(self, state: dict) -> None:
         self.learner.load_state_dict(state)

@@ -86,13 +86,30 @@ class PPOLearner:
 
     def load_state_dict(self, state: dict) -> None:
         self.agent.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
+        self.optimizer.load_state_dict(in_form_of(self.optimizer, state["optimizer"]))
         if self.captured is not None:
             # the loaded state replaced the tensors the graph reads; the lr comes back as it
-            # was saved (off the device)
+            # was saved (a float)
             self.optimizer.param_groups[0]["lr"] = torch.tensor(
                 float(self.optimizer.param_groups[0]["lr"]), device=self.device)
             self.captured.reset()
         self.rng.bit_generator.state = state["learner_rng"]  # checkpoints hold rank 0's stream
         if self.rank:  # other ranks derive theirs from it, deterministically and distinct per rank
             self.rng = np.random.default_rng([self.rank, int(self.rng.integers(2**62))])
+
+
+def in_form_of(optimizer: optim.Optimizer, saved: dict) -> dict:
+    """`saved` (an optimizer state dict) in the form `optimizer` runs in, whichever form it was
+    saved in: --cuda-graphs may be turned on or off at a resume. Optimizer.load_state_dict takes
+    `capturable` from the saved param groups and places Adam's `step` by it (on the params'
+    device when capturable, else as saved), so a capturable optimizer loaded from an eager
+    checkpoint would keep CPU steps that a captured step cannot read. The lr is saved as a
+    float: a capturable learner turns it back into a device tensor after loading."""
+    capturable = bool(optimizer.defaults.get("capturable", False))
+    groups = [dict(group, capturable=capturable, lr=float(group["lr"]))
+              for group in saved["param_groups"]]
+    state = saved["state"]
+    if not capturable:  # an eager Adam keeps its step counts on the CPU
+        state = {k: {n: v.cpu() if n == "step" and torch.is_tensor(v) else v
+                     for n, v in s.items()} for k, s in state.items()}
+    return {**saved, "state": state, "param_groups": groups}

@@ -18,6 +18,7 @@ from distppo.core.learner import PPOLearner
 from distppo.core.rollout import RolloutBatch
 from distppo.core.threads import reuse_freed_memory, within_cores
 from distppo.core.update import GradAllReduce
+from distppo.distributed.boundary import host_only
 from distppo.distributed.netif import bind_collectives
 from distppo.errors import UserError
 from distppo.testing import faults
@@ -25,6 +26,7 @@ from distppo.testing import faults
 GROUP_TIMEOUT = datetime.timedelta(minutes=10)
 
 
+@host_only
 class Learner:
     def __init__(self, cfg: TrainConfig, obs_shape: tuple, num_actions: int, rank: int = 0,
                  threads: int = 1, handover: int = 0):

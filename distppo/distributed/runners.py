@@ -15,10 +15,12 @@ from distppo.config import TrainConfig
 from distppo.core.rollout import RolloutBatch, RolloutMeta
 from distppo.core.sampler import make_sampler
 from distppo.core.threads import reuse_freed_memory, within_cores
+from distppo.distributed.boundary import host_only
 from distppo.errors import EnvError
 from distppo.testing import faults
 
 
+@host_only
 class EnvRunner:
     def __init__(self, cfg: TrainConfig, runner_index: int, video_dir: str | None = None,
                  threads: int = 1):

@@ -94,3 +94,43 @@ def test_the_captured_update_follows_the_eager_update():
     for (k, a), b in zip(eager_learner.agent.state_dict().items(),
                          graphed.agent.state_dict().values()):
         torch.testing.assert_close(b, a, rtol=1e-3, atol=1e-5, msg=k)
+
+
+@pytest.mark.parametrize("saved_graphs", [False, True])
+def test_a_resume_switches_cuda_graphs_on_or_off(saved_graphs):
+    """A checkpoint saved with or without --cuda-graphs resumes with the other setting: the
+    state crosses on the CPU (core/hostcopy.py), Adam takes the learner's own `capturable`
+    (core/learner.py in_form_of), and the next update (captured or eager) follows the run
+    that never stopped."""
+    from distppo.config import TrainConfig
+    from distppo.core.hostcopy import to_host
+    from distppo.core.learner import PPOLearner
+    from distppo.core.rollout import RolloutBatch
+
+    cfg = TrainConfig().replace(device="cuda", num_envs=8, num_steps=32,
+                                total_timesteps=3 * 256)
+    rng = np.random.default_rng(0)
+    t, n = 32, 8
+    batches = [RolloutBatch(
+        obs=rng.integers(0, 256, (t, n, 4, 84, 84), dtype=np.uint8),
+        actions=rng.integers(0, 4, (t, n)), logprobs=np.full((t, n), -1.38, np.float32),
+        values=rng.standard_normal((t, n)).astype(np.float32),
+        rewards=(rng.random((t, n)) < 0.05).astype(np.float32),
+        dones=rng.random((t, n)) < 0.01, next_value=np.zeros(n, np.float32),
+        next_done=np.zeros(n, dtype=bool)) for _ in range(2)]
+    saver = PPOLearner(cfg.replace(cuda_graphs=saved_graphs), (4, 84, 84), 4, seed=1)
+    saver.update(batches[0], 1)
+    state = to_host(saver.state_dict())
+    assert {v.device.type for v in state["model"].values()} == {"cpu"}
+    want = saver.update(batches[1], 2)
+
+    resumed = PPOLearner(cfg.replace(cuda_graphs=not saved_graphs), (4, 84, 84), 4, seed=5)
+    resumed.load_state_dict(state)
+    assert resumed.optimizer.param_groups[0]["capturable"] is (not saved_graphs)
+    got = resumed.update(batches[1], 2)
+    if not saved_graphs:
+        assert resumed.captured.graph is not None  # it did capture
+    for k in want:
+        assert got[k] == pytest.approx(want[k], rel=1e-3, abs=1e-5), k
+    for (k, a), b in zip(saver.agent.state_dict().items(), resumed.agent.state_dict().values()):
+        torch.testing.assert_close(b, a, rtol=1e-3, atol=1e-5, msg=k)
