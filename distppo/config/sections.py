@@ -148,8 +148,9 @@ class PPOConfig:
 class RunnerConfig:
     num_env_runners: int | Literal["auto"] = execution("auto", resume=True)
     """env-runner actors on the Ray path; the num_envs envs are split evenly across them. auto:
-    one per 4 CPUs of the largest node (the largest divisor of num_envs that fits; 1 on a node
-    of up to 7 CPUs, in --local mode and in sweep trials), placement/sizing.py"""
+    one per 4 CPUs of the largest node, or with --runner-device cuda one per GPU of the cluster
+    (the largest divisor of num_envs that fits; 1 on a node of up to 7 CPUs, in --local mode
+    and in sweep trials), placement/sizing.py"""
     envs_per_runner: Optional[int] = execution(None, resume=True)
     """envs per env runner; when given, num_envs becomes num_env_runners * this"""
     runner_cpus: float = execution(1.0, resume=True)

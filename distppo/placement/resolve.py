@@ -62,10 +62,11 @@ def resolve(cfg: TrainConfig, facts: ClusterFacts) -> Placement:
         return _resolve_local(cfg, facts)
     # runners first: inside a sweep trial's placement group they are its reservation (1 for
     # auto), else from the largest node's CPUs; then the GPUs they leave the learners
-    cfg = resolve_gpus(resolve_runners(cfg, 0.0 if facts.in_trial else facts.cpus), facts.gpus)
-    threads = ray_threads(cfg, facts.cpus)
+    cfg = resolve_runners(cfg, 0.0 if facts.in_trial else facts.cpus, facts.gpus)
+    cfg = resolve_gpus(cfg, facts.gpus)
     # Ray shows an actor only the GPUs it reserved: a learner with none updates on the CPU
     on_cpu = learner_on_cpu(cfg, cfg.learner.learner_gpus)
+    threads = ray_threads(cfg, facts.cpus, learner_on_gpu=not on_cpu)
     plan = shard_plan(cfg, max(threads.learner, threads.handover), on_cpu, own=threads.learner)
     # a handover widens the gradient slices: with one slice there is nothing to widen
     threads = dataclasses.replace(threads, handover=threads.handover if plan.count > 1 else 0)

@@ -34,7 +34,7 @@ def local_threads(cfg: TrainConfig, num_cores: int) -> Threads:
     return Threads(n, n)
 
 
-def ray_threads(cfg: TrainConfig, cpus: float) -> Threads:
+def ray_threads(cfg: TrainConfig, cpus: float, learner_on_gpu: bool = False) -> Threads:
     """Ray: threads per learner and per env runner when the run has `cpus` CPUs to itself (the
     largest node, or a sweep trial's reservation).
 
@@ -45,8 +45,10 @@ def ray_threads(cfg: TrainConfig, cpus: float) -> Threads:
     learners share the rest, at least one thread each, and hand over: where a learner's share
     is at most half of what it gets without --overlap (a small node), it takes that (`handover`)
     for its gradient slices once the runners have delivered (--grad-shards); the runners then
-    wait for weights, so the handover never runs more threads than CPUs. Never more threads at
-    once than CPUs, unless there are more processes than CPUs (each gets 1)."""
+    wait for weights, so the handover never runs more threads than CPUs. A learner on a GPU
+    only launches kernels there: with --overlap it keeps one thread and the runners share the
+    rest, whatever their reservation says. Never more threads at once than CPUs, unless there
+    are more processes than CPUs (each gets 1)."""
     r, lr = cfg.runner, cfg.learner
     if r.num_threads != "auto":
         return Threads(r.num_threads, r.num_threads)
@@ -54,6 +56,8 @@ def ray_threads(cfg: TrainConfig, cpus: float) -> Threads:
     n, m = r.num_env_runners, lr.num_learners
     if not r.overlap:
         return Threads(max(1, cpus // m), max(1, cpus // n))
+    if learner_on_gpu:
+        return Threads(1, max(1, (cpus - m) // n))
     runner = max(1, round(r.runner_cpus))
     if n * runner + m > cpus:  # the reservations exceed the CPUs: scale the runners down
         runner = max(1, (cpus - m) // n)
@@ -77,13 +81,24 @@ def auto_runners(num_envs: int, cpus: float, runner_cpus: float, learner_cpus: f
     return max([n for n in range(1, max(1, most) + 1) if num_envs % n == 0])
 
 
-def resolve_runners(cfg: TrainConfig, cpus: float) -> TrainConfig:
-    """The config with --num-env-runners a number (auto resolved against `cpus`; 1 in --local
-    mode, whose samplers share this process, and with `cpus` 0: a sweep trial's)."""
+def gpu_runners(num_envs: int, gpus: float) -> int:
+    """--num-env-runners auto with --runner-device cuda: one runner per whole GPU (at least
+    1), as many as divide num_envs evenly. Each runner process opens a CUDA context of its own
+    and acts in small batches, so a second runner on the same GPU only adds a context."""
+    most = max(1, int(gpus + 1e-9))
+    return max(n for n in range(1, most + 1) if num_envs % n == 0)
+
+
+def resolve_runners(cfg: TrainConfig, cpus: float, gpus: float = 0.0) -> TrainConfig:
+    """The config with --num-env-runners a number (auto resolved against `cpus`, or with
+    --runner-device cuda the cluster's `gpus`; 1 in --local mode, whose samplers share this
+    process, and with `cpus` 0: a sweep trial's)."""
     if cfg.runner.num_env_runners != "auto":
         return cfg
-    if cfg.local:
+    if cfg.local or cpus <= 0:
         return cfg.replace(num_env_runners=1)
+    if cfg.runner.runner_device == "cuda":
+        return cfg.replace(num_env_runners=gpu_runners(cfg.env.num_envs, gpus))
     lr = cfg.learner
     n = auto_runners(cfg.env.num_envs, cpus, cfg.runner.runner_cpus,
                      lr.num_learners * lr.learner_cpus)

@@ -60,8 +60,9 @@ CASES = {
                                       (1, 1, 1, 0, 1, 1, False, 1.0)),
     "ray, 16 CPUs, --overlap": (D.replace(overlap=True), ClusterFacts(16),
                                 (4, 12, 1, 0, 1, 1, True, 0.0)),
+    # a GPU learner only launches kernels: it keeps one thread, the runners share the rest
     "ray, 16 CPUs, 1 GPU, --overlap": (D.replace(overlap=True), ClusterFacts(16, 1),
-                                       (4, 12, 1, 0, 1, 1, False, 1.0)),
+                                       (4, 1, 3, 0, 1, 1, False, 1.0)),
     "ray, 16 CPUs, 2 learners, --overlap": (D.replace(num_learners=2, overlap=True),
                                             ClusterFacts(16), (4, 6, 1, 0, 1, 1, True, 0.0)),
     # too few samples per slice for a handover to pay: one pass, no handover
@@ -106,11 +107,20 @@ def test_resolve_is_a_pure_function_of_the_declared_resources(name):
     assert again == resolve(cfg, facts)
 
 
-def test_cuda_runners_share_half_the_gpu_and_leave_the_rest_to_the_learner():
+def test_cuda_runners_are_one_per_gpu_and_leave_the_rest_to_the_learner():
+    """Each runner process opens a CUDA context of its own: auto is one runner per GPU (as many
+    as divide the envs), a quarter GPU each, whatever the node's CPUs."""
     placed = resolve(D.replace(runner_device="cuda"), ClusterFacts(16, 1))
-    assert placed.config.runner.runner_gpus == 0.125  # 4 runners share half of the one GPU
-    assert placed.config.learner.learner_gpus == 0.5
+    assert placed.config.runner.num_env_runners == 1
+    assert placed.config.runner.runner_gpus == 0.25
+    assert placed.config.learner.learner_gpus == 0.75
     assert not placed.learner_on_cpu
+    for gpus, runners in ((2, 2), (3, 2), (8, 8), (0.5, 1)):
+        placed = resolve(D.replace(runner_device="cuda"), ClusterFacts(64, gpus))
+        assert placed.config.runner.num_env_runners == runners, gpus
+    # a sweep trial's and --local's: one, as for CPU runners
+    assert resolve(D.replace(runner_device="cuda"), ClusterFacts(4, 1, in_trial=True)
+                   ).config.runner.num_env_runners == 1
     # CPU runners keep their (unread) auto
     assert resolve(D, ClusterFacts(16, 1)).config.runner.runner_gpus == "auto"
 
@@ -157,6 +167,18 @@ def test_threads_never_exceed_the_declared_cpus_with_overlap():
                 assert n * t.runner + t.learner <= cpus, (cpus, n, t)
             assert t.handover <= cpus
             assert t.handover == 0 or t.handover > t.learner
+
+
+def test_overlap_on_a_gpu_learner_never_starves_the_runners():
+    """With --overlap the runners step while a GPU learner updates: every CPU but the
+    learners' one thread each goes to the runners."""
+    for cpus in (2, 4, 16, 64):
+        for n in (1, 2, 4):
+            for m in (1, 2):
+                cfg = D.replace(overlap=True, num_env_runners=str(n), num_learners=m)
+                t = resolve(cfg, ClusterFacts(cpus, 2)).threads
+                assert t.learner == 1 and t.handover == 0, (cpus, n, m, t)
+                assert t.runner == max(1, (cpus - m) // n), (cpus, n, m, t)
 
 
 def test_threads_record_what_each_process_gets():
