@@ -27,7 +27,6 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from distppo.core.grouped import GroupedSampler  # noqa: E402
 from distppo.core.models import make_agent  # noqa: E402
 from distppo.core.sampler import Sampler  # noqa: E402
 from distppo.envs.factory import make_vector_env  # noqa: E402
@@ -108,8 +107,7 @@ def distppo_sampler(env_id: str, threads: int, iterations: int, seed: int, group
     agent = make_agent("ppo", tuple(envs[0].obs_shape), envs[0].num_actions).to(device)
     if graphs:
         torch.cuda.manual_seed(seed)  # the captured steps draw from the device's stream
-    sampler = (Sampler(envs[0], agent, NUM_STEPS, seed=seed, cuda_graphs=graphs) if groups == 1
-               else GroupedSampler(envs, agent, NUM_STEPS, seed=seed, cuda_graphs=graphs))
+    sampler = Sampler(envs, agent, NUM_STEPS, seed=seed, cuda_graphs=graphs)
     sampler.collect()  # reset, warm-up and capture outside the timer
     for env in envs:
         env.busy = 0.0

@@ -179,7 +179,7 @@ class RunnerConfig:
     """each env runner's envs in this many groups, stepped alternately: one group's envs step
     (on their own thread) while the policy acts for the next group. Every env acts with the
     same weights and seeds as with 1 (the same experiment), but actions are drawn per group,
-    so the random numbers are not CleanRL's; 1 = CleanRL's loop (core/grouped.py)"""
+    so the random numbers are not CleanRL's; 1 = CleanRL's loop (core/sampler.py)"""
     runner_max_restarts: int = execution(3, resume=True)
     """times Ray restarts a dead env runner; its rollout is re-requested with the same weights"""
     runner_device: str = execution("cpu", resume=True)

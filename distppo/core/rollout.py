@@ -145,7 +145,7 @@ class GameLog:
 
     def add(self, step: int, result, env_offset: int = 0) -> None:
         """The games of one step's result; its env indices count from `env_offset` (a group
-        of the runner's envs, core/grouped.py)."""
+        of the runner's envs, core/sampler.py)."""
         for ep in result.episodes:
             self.returns.append(float(ep.ret))
             self.lengths.append(int(ep.length))

@@ -69,7 +69,7 @@ def test_envpool_rollout_equals_cleanrl_rollout():
     assert sampler.seed == SEED  # runner 0's action stream and env seeds: the base seed
     reference = cleanrl_rollouts(sampler.agent)
     ours = [sampler.collect() for _ in range(ROLLOUTS)]
-    sampler.env.close()
+    sampler.close()
     games_ended = 0
     for mine, theirs in zip(ours, reference):
         assert mine.valid is None  # feedforward PPO trains on every step, as the script does

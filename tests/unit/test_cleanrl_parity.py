@@ -250,7 +250,7 @@ ROLLOUTS = {"next_step": (16, 16), "same_step": (14, 16)}
 
 
 def _rollouts(agent, ordering, exact=True):
-    sampler = Sampler(ScriptedLives(LIVES, ordering), copy.deepcopy(agent), 1, seed=0,
+    sampler = Sampler([ScriptedLives(LIVES, ordering)], copy.deepcopy(agent), 1, seed=0,
                       exact_resets=exact)
     batches = []
     for num_steps in ROLLOUTS[ordering]:
