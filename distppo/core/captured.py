@@ -13,8 +13,9 @@ The draw uses its own random stream, so its actions differ from the eager step's
 the same distribution (`gumbel_sample`, tested on the CPU); given the same noise the captured
 step equals the eager one (`tests/integration/test_captured.py`, marked `gpu`).
 
-CapturedUpdate, for a learner on a GPU: core/update.update() with each minibatch step (forward,
-loss, backward, clipping, Adam) one graph replay; the host only picks the minibatch rows.
+CapturedStep, for a learner on a GPU: the step core/update.update() runs for each minibatch
+(forward, loss, backward, clipping, Adam) as one graph replay; the host only picks the
+minibatch rows.
 """
 from __future__ import annotations
 
@@ -29,16 +30,7 @@ from torch.distributions import Distribution
 
 from distppo.config import TrainConfig
 from distppo.core.models import LSTMAgent, gumbel_sample, preprocess
-from distppo.core.ppo import as_floats
-from distppo.core.rollout import RolloutBatch
-from distppo.core.update import (
-    FlatBatch,
-    iteration_stats,
-    learning_rate,
-    minibatch_plan,
-    minibatch_step,
-    prepare,
-)
+from distppo.core.update import FlatBatch, minibatch_step
 
 WARMUP_STEPS = 3  # eager runs on a side stream before capture, as CUDA graph capture requires
 
@@ -95,17 +87,17 @@ class CapturedPolicyStep:
         return out[:, 0].long(), out[:, 1], out[:, 2:3]
 
 
-class CapturedUpdate:
-    """core/update.update() for the feedforward agent with every minibatch step one replay of
-    a captured graph, on static buffers: the rollout is copied into a FlatBatch allocated once,
-    the minibatch's rows into a static index, and the step (minibatch_step itself: the same
-    ops) leaves its stats on the device. The shuffle is the learner's numpy stream, as in
-    update(), so the minibatches are the same; Adam is torch's capturable one (lr a device
-    tensor), equal to the eager Adam within float rounding.
+class CapturedStep:
+    """The minibatch step of core/update.update() for the feedforward agent as one replay of a
+    captured graph, on static buffers: start() copies the rollout into a FlatBatch allocated
+    once, each step the minibatch's rows into a static index, and the step (minibatch_step
+    itself: the same ops) leaves its stats on the device. update()'s loop is unchanged: the
+    shuffle is the learner's numpy stream, so the minibatches are the same; Adam is torch's
+    capturable one (lr a device tensor), equal to the eager Adam within float rounding.
 
     capture=False runs the same buffers, warm-up and restore without a graph: on the CPU it is
-    bit-equal to update() (tests/unit/test_captured_update.py), which a GPU run then has to match
-    within rounding (tests/integration/test_captured.py, marked `gpu`)."""
+    bit-equal to update()'s eager step (tests/unit/test_captured_update.py), which a GPU run
+    then has to match within rounding (tests/integration/test_captured.py, marked `gpu`)."""
 
     def __init__(self, agent: nn.Module, optimizer: optim.Optimizer, cfg: TrainConfig,
                  capture: bool = True):
@@ -124,35 +116,26 @@ class CapturedUpdate:
         load_state_dict does): the next update captures again."""
         self.b, self.mb_inds, self.stats, self.graph = None, None, {}, None
 
-    def update(self, batch: RolloutBatch, iteration: int, rng: np.random.Generator,
-               device: torch.device) -> dict:
-        """update()'s loop and stats, with the minibatch step replayed."""
-        p = self.cfg.ppo
-        lrnow = learning_rate(self.cfg, iteration)
-        set_lr(self.optimizer, lrnow)
-        b = prepare(self.agent, batch, p, device)
+    def start(self, b: FlatBatch) -> FlatBatch:
+        """The static batch, holding this iteration's rollout (built and captured at the
+        first iteration)."""
         if self.b is None:
             self._build(b)
         else:
             for f in TENSORS:
                 getattr(self.b, f).copy_(getattr(b, f))
-        clipfracs = []  # [0-d] per minibatch, read once at the end
-        for _epoch in range(p.update_epochs):
-            for _, mb_inds in minibatch_plan(self.b, p.num_minibatches, rng):
-                self.mb_inds.copy_(torch.from_numpy(mb_inds))
-                self._step()
-                clipfracs.append(self.stats["clipfrac"].clone())
-            if p.target_kl is not None and float(self.stats["approx_kl"]) > p.target_kl:
-                break
-        clipfracs = [float(c) for c in torch.stack(clipfracs).cpu()]
-        return iteration_stats(self.b, as_floats(self.stats), clipfracs, lrnow)
+        return self.b
 
-    def _step(self) -> None:
+    def __call__(self, b: FlatBatch, mb_inds: np.ndarray, mbenvinds: None) -> dict:
+        """One replay on rows mb_inds [MB]; the stats stay on the device (the static ones are
+        overwritten by the next replay: clipfrac, which update() keeps, is copied)."""
+        self.mb_inds.copy_(torch.from_numpy(mb_inds))
         if self.graph is not None:
             self.graph.replay()
         else:
             self.stats = minibatch_step(self.agent, self.optimizer, self.b, self.mb_inds, None,
                                         self.cfg, None, None)
+        return dict(self.stats, clipfrac=self.stats["clipfrac"].clone())
 
     def _build(self, b: FlatBatch) -> None:
         """Static buffers from the first batch; warm-up steps (as capture requires) whose
@@ -185,16 +168,6 @@ class CapturedUpdate:
 
 TENSORS = ("b_obs", "b_logprobs", "b_actions", "b_dones", "b_advantages", "b_returns",
            "b_values")  # the FlatBatch fields of the feedforward agent, copied per iteration
-
-
-def set_lr(optimizer: optim.Optimizer, lr: float) -> None:
-    """The learning rate of the (one) param group: in place where it is a tensor, which a
-    captured Adam step reads at every replay."""
-    group = optimizer.param_groups[0]
-    if torch.is_tensor(group["lr"]):
-        group["lr"].fill_(lr)
-    else:
-        group["lr"] = lr
 
 
 @contextlib.contextmanager

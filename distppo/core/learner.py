@@ -1,5 +1,5 @@
 """PPOLearner: the plain object that owns the agent, the optimizer and the minibatch RNG, and
-runs the update (core/update.py; --cuda-graphs: core/captured.py's CapturedUpdate). No Ray: the
+runs the update (core/update.py; --cuda-graphs: core/captured.py's CapturedStep). No Ray: the
 local backend calls it directly, the Learner actor (distributed/learner.py) forwards to it."""
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import torch
 import torch.optim as optim
 
 from distppo.config import TrainConfig
-from distppo.core.captured import CapturedUpdate
+from distppo.core.captured import CapturedStep
 from distppo.core.models import make_agent
 from distppo.core.rollout import RolloutBatch
 from distppo.core.seeds import set_torch_deterministic
@@ -49,7 +49,7 @@ class PPOLearner:
         lr = torch.tensor(cfg.ppo.learning_rate, device=self.device) if graphs \
             else cfg.ppo.learning_rate
         self.optimizer = optim.Adam(self.agent.parameters(), lr=lr, eps=1e-5, capturable=graphs)
-        self.captured = CapturedUpdate(self.agent, self.optimizer, cfg) if graphs else None
+        self.captured = CapturedStep(self.agent, self.optimizer, cfg) if graphs else None
         self.rng = np.random.default_rng(seed + rank)  # rank r shuffles with seed + r, as CleanRL
         self.rank = rank
         self.sync: Optional[GradAllReduce] = None
@@ -66,10 +66,8 @@ class PPOLearner:
         if self.shards.plan.count > 1:  # every op of a sliced update on a slice's threads, so
             torch.set_num_threads(self.shards.plan.intra)  # its numbers never depend on width
         try:
-            if self.captured is not None:
-                return self.captured.update(batch, iteration, self.rng, self.device)
             return update(self.agent, self.optimizer, batch, self.cfg, iteration, self.rng,
-                          self.device, self.sync, self.shards)
+                          self.device, self.sync, self.shards, step=self.captured)
         finally:
             torch.set_num_threads(threads)
 

@@ -3,7 +3,8 @@
 `update()` reads top to bottom like ppo_atari_envpool.py / ppo_atari_lstm.py, in three parts:
 `prepare` (GAE, then the rollout flattened into a `FlatBatch` with CleanRL's b_ names),
 `minibatch_plan` (one epoch's shuffled minibatches) and `minibatch_step` (gradient, all-reduce,
-clipping, Adam). Every gradient is the gradient of `minibatch_loss`: in one pass, CleanRL's
+clipping, Adam). It is the one update loop: --cuda-graphs (core/captured.py) hands it a step
+that replays minibatch_step as a captured graph instead of calling it (`EagerStep` here). Every gradient is the gradient of `minibatch_loss`: in one pass, CleanRL's
 loss.backward(), or with --grad-shards summed over slices of the minibatch (core/shards.py), the
 slices computed by that same function. `sync`, when given, averages gradients across
 data-parallel learners between backward() and clipping, exactly where ppo_atari_multigpu.py
@@ -84,30 +85,71 @@ class FlatBatch:
     num_envs: int               # N
 
 
+class EagerStep:
+    """CleanRL's minibatch step: minibatch_step on the iteration's own FlatBatch."""
+
+    def __init__(self, agent: nn.Module, optimizer: optim.Optimizer, cfg: TrainConfig,
+                 sync: Optional[GradAllReduce] = None, shards: Optional[ShardPool] = None):
+        self.agent, self.optimizer, self.cfg = agent, optimizer, cfg
+        self.sync, self.shards = sync, shards
+
+    def start(self, b: FlatBatch) -> FlatBatch:
+        """The batch the iteration's minibatches are taken from."""
+        return b
+
+    def __call__(self, b: FlatBatch, mb_inds: np.ndarray, mbenvinds: Optional[np.ndarray]
+                 ) -> dict:
+        """One optimizer step on rows mb_inds [MB]; the minibatch's stats."""
+        rows = torch.as_tensor(mb_inds, device=b.b_obs.device)
+        return minibatch_step(self.agent, self.optimizer, b, rows, mbenvinds, self.cfg,
+                              self.sync, self.shards)
+
+
 def update(agent: nn.Module, optimizer: optim.Optimizer, batch: RolloutBatch, cfg: TrainConfig,
            iteration: int, rng: np.random.Generator, device: torch.device,
-           sync: Optional[GradAllReduce] = None, shards: Optional[ShardPool] = None) -> dict:
+           sync: Optional[GradAllReduce] = None, shards: Optional[ShardPool] = None,
+           step: Optional[EagerStep] = None) -> dict:
     """CleanRL's update on one rollout; returns what CleanRL logs: the last minibatch's
     losses and KLs, clipfrac over every minibatch, explained variance, the learning rate.
-    shards: --grad-shards (core/shards.py; None or one slice: CleanRL's single pass)."""
+    shards: --grad-shards (core/shards.py; None or one slice: CleanRL's single pass); step:
+    how a minibatch step runs (None: EagerStep; --cuda-graphs: core/captured.CapturedStep)."""
     p = cfg.ppo
     lrnow = learning_rate(cfg, iteration)
-    optimizer.param_groups[0]["lr"] = lrnow
-    b = prepare(agent, batch, p, device)
+    set_lr(optimizer, lrnow)
+    step = step or EagerStep(agent, optimizer, cfg, sync, shards)
+    b = step.start(prepare(agent, batch, p, device))
 
     stats: dict = {}
-    clipfracs = []
+    clipfracs = []  # per minibatch, read on the host once, at the end
     for _epoch in range(p.update_epochs):
         for mbenvinds, mb_inds in minibatch_plan(b, p.num_minibatches, rng):
-            mb_inds = torch.as_tensor(mb_inds, device=device)
-            stats = as_floats(minibatch_step(agent, optimizer, b, mb_inds, mbenvinds, cfg,
-                                             sync, shards))
+            stats = step(b, mb_inds, mbenvinds)
             clipfracs.append(stats["clipfrac"])
         if p.target_kl is not None:
-            approx_kl = stats["approx_kl"] if sync is None else sync.mean(stats["approx_kl"])
+            approx_kl = float(stats["approx_kl"])
+            if sync is not None:
+                approx_kl = sync.mean(approx_kl)
             if approx_kl > p.target_kl:
                 break
-    return iteration_stats(b, stats, clipfracs, lrnow)
+    return iteration_stats(b, as_floats(stats), host_floats(clipfracs), lrnow)
+
+
+def host_floats(values: list) -> list[float]:
+    """0-d tensors (or floats: gradient slices give floats) as Python floats, one copy for
+    them all."""
+    if values and all(torch.is_tensor(v) for v in values):
+        return torch.stack(values).cpu().tolist()
+    return [float(v) for v in values]
+
+
+def set_lr(optimizer: optim.Optimizer, lr: float) -> None:
+    """The learning rate of the (one) param group: in place where it is a tensor, which a
+    captured Adam step reads at every replay."""
+    group = optimizer.param_groups[0]
+    if torch.is_tensor(group["lr"]):
+        group["lr"].fill_(lr)
+    else:
+        group["lr"] = lr
 
 
 def learning_rate(cfg: TrainConfig, iteration: int) -> float:

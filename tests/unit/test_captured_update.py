@@ -1,4 +1,4 @@
-"""--cuda-graphs' update (core/captured.py CapturedUpdate) without the graph, on the CPU: its
+"""--cuda-graphs' update (core/captured.py CapturedStep) without the graph, on the CPU: its
 static buffers, warm-up and restore give update()'s numbers bit for bit, so a GPU run of the
 captured graph (tests/integration/test_captured.py, marked `gpu`) has only the capture itself
 left to match; and the flag's refusals."""
@@ -10,7 +10,7 @@ import torch
 from test_shards import _batch
 
 from distppo.config import TrainConfig
-from distppo.core.captured import CapturedUpdate
+from distppo.core.captured import CapturedStep
 from distppo.core.learner import PPOLearner
 from distppo.core.update import update
 from distppo.errors import ConfigError
@@ -48,13 +48,13 @@ def test_the_uncaptured_update_equals_update_bit_for_bit(eager_first):
     cfg, batches = _cfg(), _batches(3)
     a = PPOLearner(cfg, (4, 84, 84), 4, seed=1)
     b = PPOLearner(cfg, (4, 84, 84), 4, seed=1)
-    captured = CapturedUpdate(b.agent, b.optimizer, cfg, capture=False)
+    captured = CapturedStep(b.agent, b.optimizer, cfg, capture=False)
     for it, batch in enumerate(batches, start=1):
         want = update(a.agent, a.optimizer, batch, cfg, it, a.rng, a.device)
         if it <= eager_first:
             got = update(b.agent, b.optimizer, batch, cfg, it, b.rng, b.device)
         else:
-            got = captured.update(batch, it, b.rng, b.device)
+            got = update(b.agent, b.optimizer, batch, cfg, it, b.rng, b.device, step=captured)
         assert got == want, it
         sa, sb = _state(a), _state(b)
         assert sa.keys() == sb.keys()
@@ -69,14 +69,15 @@ def test_reset_after_loading_a_checkpoint_goes_on_equal():
     cfg, batches = _cfg(), _batches(3)
     a = PPOLearner(cfg, (4, 84, 84), 4, seed=1)
     b = PPOLearner(cfg, (4, 84, 84), 4, seed=1)
-    captured = CapturedUpdate(b.agent, b.optimizer, cfg, capture=False)
+    captured = CapturedStep(b.agent, b.optimizer, cfg, capture=False)
     for it in (1, 2):
         update(a.agent, a.optimizer, batches[it - 1], cfg, it, a.rng, a.device)
-        captured.update(batches[it - 1], it, b.rng, b.device)
+        update(b.agent, b.optimizer, batches[it - 1], cfg, it, b.rng, b.device, step=captured)
     b.load_state_dict(copy.deepcopy(a.state_dict()))
     captured.reset()
     want = update(a.agent, a.optimizer, batches[2], cfg, 3, a.rng, a.device)
-    assert captured.update(batches[2], 3, b.rng, b.device) == want
+    assert update(b.agent, b.optimizer, batches[2], cfg, 3, b.rng, b.device,
+                  step=captured) == want
     assert all(torch.equal(v, _state(b)[k]) for k, v in _state(a).items())
 
 
@@ -84,10 +85,10 @@ def test_the_captured_update_refuses_the_lstm_agent_and_a_plain_optimizer():
     cfg = _cfg()
     lstm = PPOLearner(cfg.replace(algo="ppo_lstm"), (1, 84, 84), 4, seed=1)
     with pytest.raises(ValueError, match="feedforward"):
-        CapturedUpdate(lstm.agent, lstm.optimizer, cfg)
+        CapturedStep(lstm.agent, lstm.optimizer, cfg)
     flat = PPOLearner(cfg, (4, 84, 84), 4, seed=1)
     with pytest.raises(ValueError, match="capturable"):
-        CapturedUpdate(flat.agent, flat.optimizer, cfg)
+        CapturedStep(flat.agent, flat.optimizer, cfg)
 
 
 @pytest.mark.parametrize("bad,match", [
