@@ -17,6 +17,7 @@ from distppo.errors import ConfigError
 ALGOS = ("ppo", "ppo_lstm")
 DEVICES = ("auto", "cpu", "cuda")
 RUNNER_DEVICES = ("cpu", "cuda")
+ACT_IN = ("auto", "runners", "learner")
 AMP = ("off", "bf16")
 MAX_SEED = 2**31 - 1
 
@@ -188,6 +189,12 @@ class RunnerConfig:
     """GPUs Ray reserves per env runner with --runner-device cuda, in (0, 1]: a number, or auto
     (0.25, less where the runners would take over half the cluster's GPUs: they share that
     half, and the learners with --learner-gpus auto the rest)"""
+    act_in: str = execution("auto", resume=True)
+    """which processes step the envs and act: runners (env-runner processes of their own, with
+    a copy of the weights on --runner-device), learner (each learner process steps its share of
+    the envs, one runner per learner, and acts with its own parameters: no weight copies; on a
+    GPU learner that is single-process GPU acting), or auto: learner with --runner-device cuda
+    where the learner is on a GPU, else runners (placement/sizing.py)"""
 
     def __post_init__(self) -> None:
         # "2" from the command line and 2 from an old config.json are the same setting
@@ -217,6 +224,8 @@ class RunnerConfig:
                               f"{', '.join(RUNNER_DEVICES)}")
         if self.runner_gpus != "auto" and not 0 < self.runner_gpus <= 1:
             raise ConfigError(f"--runner-gpus must lie in (0, 1], got {self.runner_gpus}")
+        if self.act_in not in ACT_IN:
+            raise ConfigError(f"unknown --act-in {self.act_in!r}: use one of {', '.join(ACT_IN)}")
         positive(self, "env_groups")
         if self.runner_max_restarts < 0:
             raise ConfigError(f"--runner-max-restarts must be >= 0, got {self.runner_max_restarts}")

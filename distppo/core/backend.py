@@ -16,7 +16,7 @@ from distppo.config import TrainConfig
 from distppo.core.hostcopy import to_host
 from distppo.core.learner import PPOLearner
 from distppo.core.rollout import RolloutBatch, RolloutMeta
-from distppo.core.sampler import make_sampler
+from distppo.core.sampler import make_envs, make_sampler, sampler_on
 from distppo.core.threads import cores, reuse_freed_memory
 from distppo.placement.resolve import ClusterFacts, Placement, resolve
 from distppo.telemetry.faultlog import OnFault
@@ -101,9 +101,15 @@ class LocalBackend:
         torch.set_num_threads(self.placement.main_threads)
         # before the envs and the learner allocate
         self.malloc_reuse = reuse_freed_memory(cfg.runner.malloc_reuse)
-        self.samplers = [make_sampler(cfg, r, video_dir)
-                         for r in range(cfg.runner.num_env_runners)]
-        self.learner = PPOLearner(cfg, *self.samplers[0].env_spec(), cfg.seed)
+        runners = range(cfg.runner.num_env_runners)
+        if cfg.runner.act_in == "learner":  # the samplers act with the learner's parameters
+            envs = [make_envs(cfg, r, video_dir) for r in runners]
+            self.learner = PPOLearner(cfg, *envs[0].spec(), cfg.seed)
+            self.samplers = [sampler_on(cfg, e, r, self.learner.agent)
+                             for r, e in zip(runners, envs)]
+        else:  # each with its own copy, made first: the learner seeds torch for its weights
+            self.samplers = [make_sampler(cfg, r, video_dir) for r in runners]
+            self.learner = PPOLearner(cfg, *self.samplers[0].env_spec(), cfg.seed)
         self.timings = {"t_transfer_s": 0.0, "t_wait_s": 0.0}
 
     def describe(self) -> BackendInfo:
@@ -117,7 +123,8 @@ class LocalBackend:
 
     def start_rollout(self, version: int) -> list[RolloutBatch]:
         start = time.perf_counter()
-        weights = self.learner.get_weights()
+        shared = self.placement.config.runner.act_in == "learner"
+        weights = None if shared else self.learner.get_weights()
         for sampler in self.samplers:
             sampler.set_weights(weights, version)
         self.timings["t_transfer_s"] = time.perf_counter() - start

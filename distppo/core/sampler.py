@@ -69,8 +69,11 @@ class Sampler:
         """(observation shape, number of actions) of the envs."""
         return self.obs_shape, self.groups[0].num_actions
 
-    def set_weights(self, state_dict: dict, version: int) -> None:
-        self.agent.load_state_dict(state_dict)
+    def set_weights(self, state_dict: dict | None, version: int) -> None:
+        """The weights of `version`; None: the agent is the learner's own (--act-in learner),
+        which holds them already."""
+        if state_dict is not None:
+            self.agent.load_state_dict(state_dict)
         self.weights_version = version
 
     @torch.no_grad()
@@ -188,10 +191,21 @@ class _Rollout:
             valid=np.ones((t, n), dtype=bool) if with_valid else None)
 
 
-def make_sampler(cfg: TrainConfig, runner_index: int, video_dir: str | None = None,
-                 incarnation: int = 0) -> Sampler:
-    """Runner r's vector envs (their seeds derived from the base seed and, for a runner rebuilt
-    after its process died, its incarnation) and a policy copy on --runner-device."""
+@dataclass
+class RunnerEnvs:
+    """One env runner's vector envs, a group each, and the seed of its first env."""
+    groups: list
+    seed: int
+
+    def spec(self) -> tuple[tuple, int]:
+        """(observation shape, number of actions) of the envs."""
+        return tuple(self.groups[0].obs_shape), self.groups[0].num_actions
+
+
+def make_envs(cfg: TrainConfig, runner_index: int, video_dir: str | None = None,
+              incarnation: int = 0) -> RunnerEnvs:
+    """Runner r's vector envs, their seeds derived from the base seed and, for a runner rebuilt
+    after its process died, its incarnation."""
     seed = env_seed(cfg.seed, runner_index, cfg.runner_num_envs, cfg.runner.num_env_runners,
                     incarnation)
     set_torch_deterministic(cfg.torch_deterministic)  # this process's (a Ray env runner's)
@@ -207,11 +221,24 @@ def make_sampler(cfg: TrainConfig, runner_index: int, video_dir: str | None = No
                               cfg.env.max_episode_steps,
                               num_threads=max(1, torch.get_num_threads() // k))
               for g in range(k)]
-    agent = make_agent(cfg.ppo.algo, tuple(groups[0].obs_shape), groups[0].num_actions,
-                       cfg.learner.channels_last, cfg.learner.fused_lstm)
-    agent.to(torch.device(cfg.runner.runner_device))
-    graphs = cfg.learner.cuda_graphs and cfg.runner.runner_device == "cuda"
+    return RunnerEnvs(groups, seed)
+
+
+def make_sampler(cfg: TrainConfig, runner_index: int, video_dir: str | None = None,
+                 incarnation: int = 0) -> Sampler:
+    """Runner r's envs and a policy copy on --runner-device, which set_weights fills."""
+    envs = make_envs(cfg, runner_index, video_dir, incarnation)
+    agent = make_agent(cfg.ppo.algo, *envs.spec(), cfg.learner.channels_last,
+                       cfg.learner.fused_lstm)
+    return sampler_on(cfg, envs, runner_index, agent.to(torch.device(cfg.runner.runner_device)))
+
+
+def sampler_on(cfg: TrainConfig, envs: RunnerEnvs, runner_index: int,
+               agent: torch.nn.Module) -> Sampler:
+    """The sampler of runner r's envs acting with `agent`: a copy of the weights, or where the
+    learner's process acts (--act-in learner) the learner's own agent, its parameters shared."""
+    graphs = cfg.learner.cuda_graphs and next(agent.parameters()).device.type == "cuda"
     if graphs:  # the captured steps' draws: the device's stream, this runner's seed
-        torch.cuda.manual_seed(seed)
-    return Sampler(groups, agent, cfg.ppo.num_steps, runner_index, seed,
+        torch.cuda.manual_seed(envs.seed)
+    return Sampler(envs.groups, agent, cfg.ppo.num_steps, runner_index, envs.seed,
                    exact_resets=cfg.ppo.lstm_exact_resets, cuda_graphs=graphs)

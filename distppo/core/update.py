@@ -4,9 +4,10 @@
 `prepare` (GAE, then the rollout flattened into a `FlatBatch` with CleanRL's b_ names),
 `minibatch_plan` (one epoch's shuffled minibatches) and `minibatch_step` (gradient, all-reduce,
 clipping, Adam). It is the one update loop: --cuda-graphs (core/captured.py) hands it a step
-that replays minibatch_step as a captured graph instead of calling it (`EagerStep` here). Every gradient is the gradient of `minibatch_loss`: in one pass, CleanRL's
-loss.backward(), or with --grad-shards summed over slices of the minibatch (core/shards.py), the
-slices computed by that same function. `sync`, when given, averages gradients across
+that replays minibatch_step as a captured graph instead of calling it (`EagerStep` here).
+Every gradient is the gradient of `minibatch_loss`: in one pass, CleanRL's loss.backward(),
+or with --grad-shards summed over slices of the minibatch (core/shards.py), the slices computed
+by that same function. `sync`, when given, averages gradients across
 data-parallel learners between backward() and clipping, exactly where ppo_atari_multigpu.py
 does its all-reduce.
 """

@@ -7,6 +7,9 @@
 - M learners train data-parallel: the batch is split by env, gradients are averaged every
   minibatch (GradAllReduce); a dead learner makes every learner be recreated and restored
   from the last checkpoint by the loop (LearnerFailure).
+- --act-in learner: no runner actors; learner k steps runner k's envs in its own process and
+  acts with its own parameters (distributed/learner.py), so no weights and no batch cross a
+  process boundary; its envs go with it when it dies, and its replacement builds new ones.
 """
 from __future__ import annotations
 
@@ -57,8 +60,10 @@ class RayBackend:
         check_cluster_has(required_resources(cfg))
         torch.set_num_threads(self.placement.main_threads)
         self.threads = self.placement.threads
+        self.video_dir = video_dir
         r = cfg.runner
-        self.runners = [
+        acting = r.act_in == "learner"  # the learners step the envs: no runner actors
+        self.runners = [] if acting else [
             RemoteEnvRunner.options(num_cpus=r.runner_cpus,
                                     num_gpus=runner_gpus(cfg, 0.0),  # resolved: the number
                                     scheduling_strategy=runner_strategy(runner_bundle(cfg, i)),
@@ -71,7 +76,9 @@ class RayBackend:
         # the handle knows its actor's id before the actor answers: restarts of a runner killed
         # while it starts are counted while we wait
         self.runner_ids = [runner._actor_id.hex() for runner in self.runners]
-        self.obs_shape, self.num_actions = self._ask_runners("env_spec", only=0)[0]
+        self.obs_shape, self.num_actions = (None, None) if acting else \
+            self._ask_runners("env_spec", only=0)[0]
+        self.learner_starts = 0  # learner sets started so far: their envs' incarnation
         self.learners = self._make_learners()
         self.timings = {"t_transfer_s": 0.0, "t_wait_s": 0.0}
         self.in_flight: list = []  # the metas of the rollout the runners are sampling
@@ -80,17 +87,23 @@ class RayBackend:
         self._note_restarts()  # runners killed while starting
 
     def _describe(self) -> BackendInfo:
-        runner_nodes = self._ask_runners("node_id")
         # the threads each actor applied: resolve()'s, within its machine's cores (within_cores)
         device, gpu_name, learner_threads, handover, learner_reuse = self._learner_device
-        runner_threads, runner_reuse = self._ask_runners("threads", only=0)[0]
+        if self.runners:
+            runner_nodes = self._ask_runners("node_id")
+            runner_threads, runner_reuse = self._ask_runners("threads", only=0)[0]
+            runner_device = self.cfg.runner.runner_device
+        else:  # the learners act, on their own device and threads
+            runner_nodes = self._get([learner.node_id.remote() for learner in self.learners])
+            runner_threads, runner_reuse, runner_device = learner_threads, learner_reuse, device
         group = ray.get_runtime_context().get_placement_group_id()
         theirs = self._ask_runners("placement_group_id") + self._learner_groups
-        return BackendInfo("ray", len(self.runners), len(self.learners), device, gpu_name,
+        return BackendInfo("ray", self.cfg.runner.num_env_runners, len(self.learners), device,
+                           gpu_name,
                            runner_nodes=len(set(runner_nodes)),
                            in_placement_group=group is not None and all(t == group for t in theirs),
                            learner_threads=learner_threads, runner_threads=runner_threads,
-                           runner_device=self.cfg.runner.runner_device,
+                           runner_device=runner_device,
                            malloc_reuse=learner_reuse and runner_reuse,
                            learner_handover_threads=handover,
                            grad_shards=self.placement.grad_shards,
@@ -158,19 +171,25 @@ class RayBackend:
                     for kind in ("ConfigError: ", "UserError: "):
                         if kind in line:
                             raise UserError(line.split(kind, 1)[1].strip()) from None
+                    if "EnvError: " in line:  # --act-in learner: its envs could not be built
+                        raise RunnerFailure(line.split("EnvError: ", 1)[1].strip()) from None
                 raise LearnerFailure("a learner could not start: see its log in the Ray "
                                      "session folder") from None
         raise LearnerFailure(f"learner processes died {LEARNER_START_TRIES} times in a row "
                              "while starting: see their logs in the Ray session folder")
 
     def _start_learners(self) -> list:
-        lr = self.cfg.learner
-        return [RemoteLearner.options(num_cpus=lr.learner_cpus, num_gpus=lr.learner_gpus,
+        lr, r = self.cfg.learner, self.cfg.runner
+        # --act-in learner: each learner's process steps its runner's envs on its CPUs too
+        cpus = lr.learner_cpus + (r.runner_cpus if not self.runners else 0.0)
+        incarnation, self.learner_starts = self.learner_starts, self.learner_starts + 1
+        return [RemoteLearner.options(num_cpus=cpus, num_gpus=lr.learner_gpus,
                                       scheduling_strategy=group_strategy(learner_bundle(rank)),
                                       max_restarts=0).remote(self.cfg, self.obs_shape,
                                                              self.num_actions, rank,
                                                              self.threads.learner,
-                                                             self.threads.handover)
+                                                             self.threads.handover,
+                                                             self.video_dir, incarnation)
                 for rank in range(lr.num_learners)]
 
     def _group(self, learners: list) -> None:
@@ -185,6 +204,9 @@ class RayBackend:
     def start_rollout(self, version: int):
         """Every runner samples with learner 0's current weights, tagged `version`."""
         start = time.perf_counter()
+        if not self.runners:  # the learners act with their own weights: nothing to send
+            self.in_flight = [learner.sample.remote(version) for learner in self.learners]
+            return start, self.in_flight, None, version
         # The learner's return value is put into the object store once; every runner reads it.
         weights = self.learners[0].get_weights.remote()
         refs = [self._submit(i, weights, version) for i in range(len(self.runners))]
@@ -194,15 +216,31 @@ class RayBackend:
     def _submit(self, i: int, weights, version: int):
         return self.runners[i].sample.options(num_returns=2).remote(weights, version)
 
-    def finish_rollout(self, handle) -> tuple[list[RolloutMeta], list]:
+    def finish_rollout(self, handle) -> tuple[list[RolloutMeta], list | None]:
+        """The rollout's metas and what learn() takes: the runners' batch refs, or None where
+        each learner keeps the batch it sampled (--act-in learner)."""
         start, refs, weights, version = handle
         self.in_flight = []
-        pairs = [self._collect(i, pair, weights, version) for i, pair in enumerate(refs)]
-        metas = [meta for meta, _ in pairs]
-        self._note_restarts()
+        if self.runners:
+            pairs = [self._collect(i, pair, weights, version) for i, pair in enumerate(refs)]
+            metas, payload = [meta for meta, _ in pairs], [(ref, m.num_envs) for m, ref in pairs]
+            self._note_restarts()
+        else:
+            metas, payload = self._learners_sampled(refs), None
         busy = max(m.t_env_s + m.t_infer_s for m in metas)
         self.timings["t_wait_s"] = max(time.perf_counter() - start - busy, 0.0)
-        return metas, [(ref, meta.num_envs) for meta, ref in pairs]
+        return metas, payload
+
+    def _learners_sampled(self, refs: list) -> list[RolloutMeta]:
+        """The metas of the rollouts the learners sampled: a learner that died is a learner
+        failure (the loop recovers), envs that raised a runner failure, as a runner's."""
+        try:
+            return self._get(refs)
+        except (RayActorError, ObjectLostError, GetTimeoutError) as exc:
+            raise learner_failure(f"a learner failed while sampling: "
+                                  f"{type(exc).__name__}") from None
+        except RayTaskError as exc:
+            raise RunnerFailure(str(exc.cause)) from None
 
     def _collect(self, i: int, pair, weights, version: int):
         """Runner i's (meta, batch ref); if its process died, Ray restarts it and we ask again."""
@@ -289,16 +327,20 @@ class RayBackend:
                             f"{RESTART_TIMEOUT_S:.0f} s after its process died")
 
     # -- learning ---------------------------------------------------------------------------
-    def learn(self, runner_batches: list, iteration: int) -> dict:
+    def learn(self, runner_batches: list | None, iteration: int) -> dict:
         """runner_batches: [(batch ref, num_envs)] in runner order; learner k trains on envs
-        [k*S, (k+1)*S) of their concatenation, S = num_envs / num_learners."""
+        [k*S, (k+1)*S) of their concatenation, S = num_envs / num_learners. None: each
+        learner trains on the rollout it sampled itself (--act-in learner)."""
         start = time.perf_counter()
-        share = sum(n for _, n in runner_batches) // len(self.learners)
+        shares = [None] * len(self.learners)
+        if runner_batches is not None:
+            share = sum(n for _, n in runner_batches) // len(self.learners)
+            shares = [env_shares(runner_batches, k * share, (k + 1) * share)
+                      for k in range(len(self.learners))]
         # --overlap's handover watches the rollout in flight (a list: Ray passes it unresolved)
         in_flight = self.in_flight if self.threads.handover else None
-        refs = [learner.update.remote(env_shares(runner_batches, k * share, (k + 1) * share),
-                                      iteration, in_flight)
-                for k, learner in enumerate(self.learners)]
+        refs = [learner.update.remote(mine, iteration, in_flight)
+                for mine, learner in zip(shares, self.learners)]
         try:
             stats = self._get(refs)
         except (RayActorError, ObjectLostError, GetTimeoutError) as exc:

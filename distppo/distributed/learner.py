@@ -1,7 +1,10 @@
 """Learner: a thin Ray shell around PPOLearner (core/learner.py), plus the process-group setup
-that data-parallel learners need (torch.distributed: gloo on CPU, nccl on GPU)."""
+that data-parallel learners need (torch.distributed: gloo on CPU, nccl on GPU). With --act-in
+learner it also holds its runner's Sampler (core/sampler.py), which acts with the learner's
+own agent: the rollouts stay in this process for its updates."""
 from __future__ import annotations
 
+import collections
 import datetime
 import functools
 import os
@@ -15,12 +18,13 @@ import torch.distributed as dist
 from distppo.config import TrainConfig
 from distppo.core.backend import device_name
 from distppo.core.learner import PPOLearner
-from distppo.core.rollout import RolloutBatch
+from distppo.core.rollout import RolloutBatch, RolloutMeta
+from distppo.core.sampler import make_envs, sampler_on
 from distppo.core.threads import reuse_freed_memory, within_cores
 from distppo.core.update import GradAllReduce
 from distppo.distributed.boundary import host_only
 from distppo.distributed.netif import bind_collectives
-from distppo.errors import UserError
+from distppo.errors import EnvError, UserError
 from distppo.testing import faults
 
 GROUP_TIMEOUT = datetime.timedelta(minutes=10)
@@ -28,11 +32,14 @@ GROUP_TIMEOUT = datetime.timedelta(minutes=10)
 
 @host_only
 class Learner:
-    def __init__(self, cfg: TrainConfig, obs_shape: tuple, num_actions: int, rank: int = 0,
-                 threads: int = 1, handover: int = 0):
+    def __init__(self, cfg: TrainConfig, obs_shape: tuple | None, num_actions: int | None,
+                 rank: int = 0, threads: int = 1, handover: int = 0,
+                 video_dir: str | None = None, incarnation: int = 0):
         """cfg, threads, handover: resolve()'s (placement/resolve.py; cfg's grad_shards a
         number). handover: --overlap on a small node, the threads of each update's gradient
-        slices once the runners have delivered (0: none)."""
+        slices once the runners have delivered (0: none). --act-in learner: the env spec
+        comes from runner `rank`'s envs, built here (seeded by `incarnation`, the learners'
+        starts so far, as a restarted runner's), and video_dir is runner 0's."""
         # Ray sets OMP_NUM_THREADS from num_cpus (1 without); torch's own count is what the
         # update uses, within this machine's cores
         self.threads = within_cores(threads)
@@ -44,8 +51,15 @@ class Learner:
         # than the learner's own threads, there is none
         handover = within_cores(handover)
         self.handover = handover if handover > self.threads else 0
+        envs = None
+        if cfg.runner.act_in == "learner":
+            envs = make_envs(cfg, rank, video_dir if rank == 0 else None, incarnation)
+            obs_shape, num_actions = envs.spec()
         self.core = PPOLearner(cfg, obs_shape, num_actions, cfg.seed, rank,
                                threads=max(self.threads, self.handover), own=self.threads)
+        self.sampler = None if envs is None else sampler_on(cfg, envs, rank, self.core.agent)
+        # the rollouts sampled here and not yet learned on, oldest first (--overlap: two)
+        self.rollouts: collections.deque = collections.deque()
         faults.kill_once("learner_init")
 
     def rendezvous_address(self) -> tuple[str, int]:
@@ -69,18 +83,39 @@ class Learner:
                                 timeout=GROUP_TIMEOUT)
         self.core.sync = GradAllReduce(world_size)
 
-    def update(self, shares: list, iteration: int, in_flight: list | None = None) -> dict:
+    def env_spec(self) -> tuple[tuple, int]:
+        return self.sampler.env_spec()
+
+    def sample(self, version: int) -> RolloutMeta:
+        """--act-in learner: its runner's rollout, acting with this learner's parameters; the
+        batch stays here for an update (`shares` None), only the meta leaves."""
+        self.sampler.set_weights(None, version)
+        try:
+            batch = self.sampler.collect()
+        except Exception as exc:
+            raise EnvError(f"the envs of learner {self.core.rank} failed while stepping: "
+                           f"{type(exc).__name__}: {exc}") from None
+        self.rollouts.append(batch)
+        return batch.meta
+
+    def update(self, shares: list | None, iteration: int, in_flight: list | None = None
+               ) -> dict:
         """shares: [(batch ObjectRef, first env, end env)], the runners' envs this learner
-        trains on; fetched here, straight from the runners, never through the trainer.
+        trains on; fetched here, straight from the runners, never through the trainer. None:
+        the oldest rollout this learner sampled itself (--act-in learner).
         in_flight: with --overlap, the metas (ObjectRefs, unresolved) of the rollout the runners
         sample meanwhile: once they are all ready (a runner that died counts: its restart
         samples after this update), the update's gradient slices take the handover's threads
         ([]: none in flight, the last iteration: from the start)."""
         faults.pause("learner_update")
         start = time.perf_counter()
-        batches = ray.get([ref for ref, _, _ in shares])
-        batch = RolloutBatch.concat([b if (lo, hi) == (0, b.num_envs) else b.env_slice(lo, hi)
-                                     for b, (_, lo, hi) in zip(batches, shares)])
+        if shares is None:
+            batch = self.rollouts.popleft()
+        else:
+            batches = ray.get([ref for ref, _, _ in shares])
+            batch = RolloutBatch.concat([b if (lo, hi) == (0, b.num_envs)
+                                         else b.env_slice(lo, hi)
+                                         for b, (_, lo, hi) in zip(batches, shares)])
         fetched = time.perf_counter()
         ready = None
         if self.handover and in_flight is not None:
@@ -109,6 +144,9 @@ class Learner:
 
     def placement_group_id(self) -> str | None:
         return ray.get_runtime_context().get_placement_group_id()
+
+    def node_id(self) -> str:
+        return ray.get_runtime_context().get_node_id()
 
     def pid(self) -> int:
         return os.getpid()

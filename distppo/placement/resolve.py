@@ -19,6 +19,7 @@ from distppo.placement.sizing import (
     learner_gpus,
     local_threads,
     ray_threads,
+    resolve_act_in,
     resolve_gpus,
     resolve_runners,
 )
@@ -40,8 +41,9 @@ class ClusterFacts:
 class Placement:
     """A run's execution settings as numbers, as resolve() made them."""
     config: TrainConfig
-    """the config with num_env_runners, learner_gpus and grad_shards numbers (runner_gpus too
-    with --runner-device cuda); everything else as given"""
+    """the config with num_env_runners, learner_gpus and grad_shards numbers, act_in runners or
+    learner (runner_gpus a number too where runners act on --runner-device cuda); everything
+    else as given"""
     threads: Threads
     """torch threads per learner and per env runner (--local: this process's, both) and the
     learners' --overlap handover (0: none)"""
@@ -62,6 +64,7 @@ def resolve(cfg: TrainConfig, facts: ClusterFacts) -> Placement:
         return _resolve_local(cfg, facts)
     # runners first: inside a sweep trial's placement group they are its reservation (1 for
     # auto), else from the largest node's CPUs; then the GPUs they leave the learners
+    cfg = resolve_act_in(cfg, facts.gpus)
     cfg = resolve_runners(cfg, 0.0 if facts.in_trial else facts.cpus, facts.gpus)
     cfg = resolve_gpus(cfg, facts.gpus)
     # Ray shows an actor only the GPUs it reserved: a learner with none updates on the CPU
@@ -76,7 +79,7 @@ def resolve(cfg: TrainConfig, facts: ClusterFacts) -> Placement:
 
 def _resolve_local(cfg: TrainConfig, facts: ClusterFacts) -> Placement:
     """--local: one process steps every env (one sampler for auto) and learns, in turn."""
-    cfg = resolve_runners(cfg, facts.cpus)
+    cfg = resolve_runners(resolve_act_in(cfg, facts.gpus), facts.cpus)
     cfg = cfg.replace(learner_gpus=learner_gpus(cfg, facts.gpus))
     threads = local_threads(cfg, int(facts.cpus))
     on_cpu = learner_on_cpu(cfg, facts.gpus)

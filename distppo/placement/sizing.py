@@ -12,7 +12,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from distppo.config import SweepConfig, TrainConfig
-from distppo.errors import UserError
+from distppo.errors import ConfigError, UserError
 
 
 @dataclass(frozen=True)
@@ -54,6 +54,8 @@ def ray_threads(cfg: TrainConfig, cpus: float, learner_on_gpu: bool = False) -> 
         return Threads(r.num_threads, r.num_threads)
     cpus = max(1, int(cpus + 1e-6))  # a packed trial's 1.34 + 1.33 + 1.33 CPUs are 4
     n, m = r.num_env_runners, lr.num_learners
+    if r.act_in == "learner":  # one process acts and learns in turn: each phase has it all
+        return Threads(max(1, cpus // m), max(1, cpus // m))
     if not r.overlap:
         return Threads(max(1, cpus // m), max(1, cpus // n))
     if learner_on_gpu:
@@ -79,6 +81,38 @@ def auto_runners(num_envs: int, cpus: float, runner_cpus: float, learner_cpus: f
     if runner_cpus > 0:
         most = min(most, int((cpus - learner_cpus) / runner_cpus + 1e-9))
     return max([n for n in range(1, max(1, most) + 1) if num_envs % n == 0])
+
+
+def acts_in_learner(cfg: TrainConfig, gpus: float) -> bool:
+    """--act-in auto: the learner's process acts where the runners would act on a GPU
+    (--runner-device cuda) and the learner is on one (given --learner-gpus > 0, or auto with
+    `gpus` > 0 and CUDA allowed): then acting shares the learner's parameters on its GPU
+    instead of copying them to runner processes that each open a CUDA context."""
+    r, lr = cfg.runner, cfg.learner
+    if r.act_in != "auto":
+        return r.act_in == "learner"
+    if r.runner_device != "cuda":
+        return False
+    if lr.learner_gpus != "auto":
+        return lr.learner_gpus > 0
+    return gpus > 0 and lr.device != "cpu" and lr.cuda
+
+
+def resolve_act_in(cfg: TrainConfig, gpus: float) -> TrainConfig:
+    """The config with --act-in runners or learner; acting in the learner has one runner per
+    learner on the Ray path (auto: that many; another number: refused)."""
+    if cfg.runner.act_in == "auto":
+        cfg = cfg.replace(act_in="learner" if acts_in_learner(cfg, gpus) else "runners")
+    r, m = cfg.runner, cfg.learner.num_learners
+    if r.act_in != "learner" or cfg.local:
+        return cfg
+    if r.num_env_runners == "auto":
+        return cfg.replace(num_env_runners=m)
+    if r.num_env_runners != m:
+        raise ConfigError(f"--act-in learner: each learner steps one runner's envs, so "
+                          f"--num-env-runners must equal --num-learners ({m}), got "
+                          f"{r.num_env_runners}: drop --num-env-runners or use --act-in runners")
+    return cfg
 
 
 def gpu_runners(num_envs: int, gpus: float) -> int:
@@ -116,7 +150,7 @@ def runner_gpus(cfg: TrainConfig, cluster_gpus: float) -> float:
     auto 0.25 each, less where that would take over half of `cluster_gpus` (the runners share
     that half; with none, 0.25, so that the cluster check names the GPUs missing)."""
     r = cfg.runner
-    if r.runner_device != "cuda":
+    if r.runner_device != "cuda" or r.act_in == "learner":  # learner: its own GPU
         return 0.0
     if r.runner_gpus != "auto":
         return float(r.runner_gpus)
@@ -142,7 +176,7 @@ def resolve_gpus(cfg: TrainConfig, cluster_gpus: float) -> TrainConfig:
     """The config with learner_gpus a number and, with --runner-device cuda, runner_gpus one
     (auto resolved against `cluster_gpus`; CPU runners keep theirs, which nothing reads)."""
     cfg = cfg.replace(learner_gpus=learner_gpus(cfg, cluster_gpus))
-    if cfg.runner.runner_device == "cuda":
+    if cfg.runner.runner_device == "cuda" and cfg.runner.act_in != "learner":
         cfg = cfg.replace(runner_gpus=runner_gpus(cfg, cluster_gpus))
     return cfg
 
@@ -165,6 +199,9 @@ def trial_bundles(train: TrainConfig, trial_cpus: float) -> list[dict]:
     gpus = 0.0 if lr.learner_gpus == "auto" else lr.learner_gpus
     if train.local:  # LocalBackend: samplers and learner live in the trial process itself
         return [{"CPU": trial_cpus, "GPU": gpus}]
+    if r.act_in == "learner":  # each learner steps its runner's envs: its CPUs too
+        return ([{"CPU": trial_cpus}]
+                + [{"CPU": lr.learner_cpus + r.runner_cpus, "GPU": gpus}] * lr.num_learners)
     runner = {"CPU": r.runner_cpus}
     if r.runner_device == "cuda":
         runner["GPU"] = runner_gpus(train, 0.0)
@@ -358,7 +395,8 @@ def fit_sweep(cfg: SweepConfig, nodes: list[dict], cluster_gpus: float
     trial's threads = its CPUs. Returns the sweep and the sentence saying what changed, or "".
     `distppo sweep` calls it with the live cluster, `distppo plan` with the planned one."""
     # a trial's runners are part of the reservation the sweep packs by: auto is 1 runner there
-    train = resolve_runners(cfg.train, 0.0)
+    # (one per learner where the learners act)
+    train = resolve_runners(resolve_act_in(cfg.train, largest_node(nodes).get("GPU", 0.0)), 0.0)
     packed = pack_node(train, cfg.trial_cpus, largest_node(nodes), cfg.trials_per_node)
     if packed is not None:
         train, trial_cpus, said = packed

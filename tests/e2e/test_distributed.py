@@ -576,3 +576,66 @@ def _node_hosting(nodes, title: str):
         except psutil.Error:
             pass
     raise AssertionError(f"no process {title} under the workers' raylets")
+
+
+# --- --act-in learner: the learner's process steps the envs and acts with its own agent -------
+ACT_COLUMNS = ["policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac",
+               "explained_variance", "episodic_return_mean", "global_step", "policy_lag"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("overlap", [False, True])
+def test_acting_in_the_learner_equals_runner_actors_and_local(ray_cluster, tmp_path, overlap):
+    """On the CPU the single-process path is the same experiment as runner actors and as
+    --local, bit for bit (with --overlap too: policy lag 1, the learner samples the next
+    rollout before it learns on this one); no runner actor exists and nothing is copied."""
+    from distppo.distributed.backend import RayBackend
+    cfg = cfg_for(tmp_path, overlap=overlap, num_threads="1")
+    holder = {}
+
+    def factory(cfg, video_dir, on_fault):
+        holder["backend"] = RayBackend(cfg, video_dir, on_fault)
+        holder["runners"] = list(holder["backend"].runners)
+        return holder["backend"]
+
+    acting = pd.read_parquet(train(cfg.replace(run_name="act", act_in="learner"), factory,
+                                   progress=False).parquet)
+    assert holder["runners"] == []
+    runners = pd.read_parquet(train(cfg.replace(run_name="runners", act_in="runners"),
+                                    RayBackend, progress=False).parquet)
+    local = pd.read_parquet(train(cfg.replace(run_name="local", local=True, act_in="learner"),
+                                  LocalBackend, progress=False).parquet)
+    pd.testing.assert_frame_equal(acting[ACT_COLUMNS], runners[ACT_COLUMNS], check_exact=True)
+    pd.testing.assert_frame_equal(acting[ACT_COLUMNS], local[ACT_COLUMNS], check_exact=True)
+    assert acting["policy_lag"].tolist() == ([0] + [1] * 5 if overlap else [0] * 6)
+    stored = json.loads((tmp_path / "act" / "config.json").read_text())
+    assert stored["config"]["runner"]["act_in"] == "learner"
+
+
+@pytest.mark.slow
+def test_two_acting_learners_equal_two_runners_and_two_learners(ray_cluster, tmp_path):
+    """Data-parallel: learner k steps runner k's envs, which are the envs it trains on."""
+    from distppo.distributed.backend import RayBackend
+    cfg = cfg_for(tmp_path, num_learners=2, num_threads="1")
+    acting = pd.read_parquet(train(cfg.replace(run_name="act", act_in="learner"), RayBackend,
+                                   progress=False).parquet)
+    runners = pd.read_parquet(train(cfg.replace(run_name="runners", num_env_runners="2"),
+                                    RayBackend, progress=False).parquet)
+    pd.testing.assert_frame_equal(acting[ACT_COLUMNS], runners[ACT_COLUMNS], check_exact=True)
+    assert acting["num_env_runners"].tolist() == [2] * 6
+
+
+@pytest.mark.slow
+def test_an_acting_learner_killed_is_restored_with_new_envs(ray_cluster, tmp_path):
+    old_pids = []
+
+    def pick(backend):
+        old_pids.extend(ray.get([a.pid.remote() for a in backend.learners]))
+        return old_pids[0]
+
+    df, holder = _kill_during_run(tmp_path, "act", pick, act_in="learner")
+    assert df["iteration"].tolist() == list(range(1, 7))
+    assert df["global_step"].tolist() == [128 * i for i in range(1, 7)]
+    assert not set(holder["final_learner_pids"]) & set(old_pids)
+    assert df["learner_recoveries"].tolist()[-1] == 1
+    assert holder["backend"].runners == []

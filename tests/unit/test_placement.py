@@ -110,17 +110,44 @@ def test_resolve_is_a_pure_function_of_the_declared_resources(name):
 def test_cuda_runners_are_one_per_gpu_and_leave_the_rest_to_the_learner():
     """Each runner process opens a CUDA context of its own: auto is one runner per GPU (as many
     as divide the envs), a quarter GPU each, whatever the node's CPUs."""
-    placed = resolve(D.replace(runner_device="cuda"), ClusterFacts(16, 1))
+    cuda_runners = D.replace(runner_device="cuda", act_in="runners")
+    placed = resolve(cuda_runners, ClusterFacts(16, 1))
     assert placed.config.runner.num_env_runners == 1
     assert placed.config.runner.runner_gpus == 0.25
     assert placed.config.learner.learner_gpus == 0.75
     assert not placed.learner_on_cpu
     for gpus, runners in ((2, 2), (3, 2), (8, 8), (0.5, 1)):
-        placed = resolve(D.replace(runner_device="cuda"), ClusterFacts(64, gpus))
+        placed = resolve(cuda_runners, ClusterFacts(64, gpus))
         assert placed.config.runner.num_env_runners == runners, gpus
     # a sweep trial's and --local's: one, as for CPU runners
-    assert resolve(D.replace(runner_device="cuda"), ClusterFacts(4, 1, in_trial=True)
+    assert resolve(cuda_runners, ClusterFacts(4, 1, in_trial=True)
                    ).config.runner.num_env_runners == 1
+
+
+def test_gpu_acting_happens_in_the_learner_where_the_learner_has_a_gpu():
+    """--act-in auto with --runner-device cuda: the learner's process acts on its own GPU
+    (one runner per learner, no runner GPUs); a CPU learner leaves acting to the runners."""
+    placed = resolve(D.replace(runner_device="cuda"), ClusterFacts(16, 1))
+    cfg = placed.config
+    assert (cfg.runner.act_in, cfg.runner.num_env_runners, cfg.learner.learner_gpus) == \
+        ("learner", 1, 1.0)
+    assert placed.threads == Threads(16, 16)  # acting and learning take turns in one process
+    two = resolve(D.replace(runner_device="cuda", num_learners=2), ClusterFacts(16, 2)).config
+    assert (two.runner.act_in, two.runner.num_env_runners, two.learner.learner_gpus) == \
+        ("learner", 2, 1.0)
+    for cfg, facts in ((D.replace(runner_device="cuda", cuda=False), ClusterFacts(16, 1)),
+                       (D.replace(runner_device="cuda"), ClusterFacts(16)),
+                       (D, ClusterFacts(16, 1))):
+        assert resolve(cfg, facts).config.runner.act_in == "runners"
+    local = resolve(D.replace(runner_device="cuda", local=True), ClusterFacts(16, 1)).config
+    assert local.runner.act_in == "learner"
+    # asked for on the CPU too: the same path, which tests can compare with the runners'
+    assert resolve(D.replace(act_in="learner"), ClusterFacts(2)).config.runner.act_in == \
+        "learner"
+    with pytest.raises(ConfigError, match="--num-env-runners must equal --num-learners"):
+        resolve(D.replace(act_in="learner", num_env_runners="2"), ClusterFacts(16))
+    bundles = trial_bundles(D.replace(act_in="learner", num_env_runners="1"), 1.0)
+    assert bundles == [{"CPU": 1.0}, {"CPU": 2.0, "GPU": 0.0}]  # the learner's + the runner's
     # CPU runners keep their (unread) auto
     assert resolve(D, ClusterFacts(16, 1)).config.runner.runner_gpus == "auto"
 
