@@ -15,9 +15,9 @@ from distppo.core.models import make_agent
 from distppo.core.rollout import RolloutBatch
 from distppo.core.seeds import set_torch_deterministic
 from distppo.core.shards import ShardPool
-from distppo.core.threads import shard_plan
 from distppo.core.update import GradAllReduce, resolve_device, update
 from distppo.errors import ConfigError
+from distppo.placement.shards import shard_plan
 
 
 class PPOLearner:

@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from distppo.core.ppo import as_floats
-from distppo.core.threads import ShardPlan
+from distppo.placement.shards import ShardPlan
 
 
 class ShardPool:

@@ -13,7 +13,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from distppo.config import TrainConfig
-from distppo.core.threads import shard_plan
+from distppo.placement.shards import shard_plan
 from distppo.placement.sizing import (
     Threads,
     learner_gpus,

@@ -8,8 +8,8 @@ import torch
 from distppo.config import TrainConfig
 from distppo.core.learner import PPOLearner
 from distppo.core.rollout import RolloutBatch
-from distppo.core.threads import ShardPlan, shard_plan
 from distppo.errors import ConfigError
+from distppo.placement.shards import ShardPlan, shard_plan
 
 T, N = 16, 4  # a fixed rollout: 16 steps of 4 envs, 2 minibatches of 32 (PPO-LSTM: 2 envs)
 

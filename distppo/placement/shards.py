@@ -1,0 +1,54 @@
+"""--grad-shards as numbers: in how many slices a learner computes each minibatch's gradient,
+and on how many threads each (core/shards.py runs them). Pure arithmetic on the config and
+the learner's threads, so `distppo plan` sizes runs with it (no torch, no Ray)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from distppo.config import TrainConfig
+
+MIN_SLICE_SAMPLES = 64  # --grad-shards auto: smaller slices cost more per sample on one thread
+
+
+@dataclass(frozen=True)
+class ShardPlan:
+    """--grad-shards resolved for one learner: each minibatch's gradient in `count` slices,
+    each slice on `intra` torch threads (count 1: CleanRL's single pass on the learner's own)."""
+    count: int
+    intra: int
+
+
+def shard_plan(cfg: TrainConfig, threads: int, on_cpu: bool,
+               own: Optional[int] = None) -> ShardPlan:
+    """--grad-shards for a learner whose update may use `threads` torch threads at its widest
+    (with --overlap's handover, the handover's; `own`: its threads before the runners have
+    delivered, default `threads`) and trains on `cfg`'s share of the envs.
+
+    auto: for --overlap's handover (`own` < `threads`), one slice per thread, each of at least
+    MIN_SLICE_SAMPLES samples: the slices let the update widen the moment the runners deliver
+    without changing its numbers; otherwise 1, one pass (slices are no faster in a whole
+    update: 1.37-1.42 s per 16-step update either way on 2 cores, docs/benchmarks.md), and 1
+    with --compile. A number: as given. Either way 1 on a GPU (the
+    update does not run on the threads) and at most one slice per sample (PPO-LSTM: per env of
+    the minibatch, whose sequence stays whole). Slices take the threads between them (intra =
+    threads // count, at least 1), never more than `own`, so that a slice run before the
+    handover does not oversubscribe the learner's share. Fixed by the config and the node,
+    never by timing: a seed's numbers do not depend on how many slices ran at once."""
+    lr, p = cfg.learner, cfg.ppo
+    envs = max(1, cfg.env.num_envs // lr.num_learners)  # this learner's share
+    if p.algo == "ppo_lstm":  # a minibatch is whole env sequences
+        most = max(1, envs // p.num_minibatches)
+        samples = most * p.num_steps
+    else:
+        samples = most = max(1, envs * p.num_steps // p.num_minibatches)
+    own = threads if own is None else own
+    if not on_cpu:
+        count = 1
+    elif lr.grad_shards == "auto":
+        hands_over = own < threads and not lr.compile
+        count = min(threads, max(1, samples // MIN_SLICE_SAMPLES)) if hands_over else 1
+    else:
+        count = lr.grad_shards
+    count = max(1, min(count, most))
+    return ShardPlan(count, max(1, min(threads // count, own)))
