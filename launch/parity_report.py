@@ -6,7 +6,6 @@ stated in advance, and a permutation test per diagnostic over the first 100 iter
 """
 from __future__ import annotations
 
-import glob
 import itertools
 import math
 import os
@@ -14,6 +13,7 @@ from typing import Iterable, Mapping
 
 import numpy as np
 import pandas as pd
+import parity_files as files
 
 SIDES = ("cleanrl", "distppo")
 QUANTITIES = ("approx_kl", "clipfrac", "entropy", "value_loss", "policy_loss",
@@ -32,51 +32,46 @@ DIAGNOSTIC_COLUMNS = ("side", "seed", "iteration", "global_step", *QUANTITIES)
 
 # --- reading each side's files ------------------------------------------------------------------
 
-def tb_scalars(folder: str, tags: Iterable[str]) -> dict[str, list[tuple[int, float]]]:
-    """(step, value) points of each tag in the event files of `folder`, in file order. A
-    resumed distppo run's restart marker (SessionLog START) hides the events its killed
-    predecessor wrote past the checkpoint, as TensorBoard shows them."""
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-    acc = EventAccumulator(folder, size_guidance={"scalars": 0})  # 0: keep every point
-    acc.Reload()
-    have = set(acc.Tags()["scalars"])
-    return {t: [(int(e.step), float(e.value)) for e in acc.Scalars(t)] if t in have else []
-            for t in tags}
+def scalar_points(side: str, seed: int, path: str, copy: files.Copy | None = None
+                  ) -> dict[str, list[tuple[int, float]]]:
+    """(step, value) points of each scalar tag of a run, in the order TensorBoard shows them:
+    from its event files, else from the study folder's copy (`copy`) of them."""
+    if copy is not None:
+        points = copy.points(side, seed, path)
+    else:
+        folder = files.event_dir(side, path)
+        points = files.event_points(folder) if folder else files.event_points_empty()
+    return {t: list(zip(g["step"].tolist(), g["value"].astype(float).tolist()))
+            for t, g in points.groupby("tag", sort=False)}
 
 
-def cleanrl_event_dir(workdir: str) -> str | None:
-    """CleanRL writes runs/<env>__<exp>__<seed>__<time>/ under its working directory."""
-    found = sorted(glob.glob(os.path.join(workdir, "runs", "*")))
-    return found[-1] if found else None
-
-
-def read_cleanrl(workdir: str, seed: int) -> tuple[pd.DataFrame, pd.DataFrame]:
+def read_cleanrl(workdir: str, seed: int, copy: files.Copy | None = None
+                 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """CleanRL's games (charts/episodic_return: one point per game, at the step it ended) and
     its per-iteration losses/* scalars, iteration = global_step / BATCH."""
-    folder = cleanrl_event_dir(workdir)
-    if folder is None:
+    points = scalar_points("cleanrl", seed, workdir, copy)
+    if not points:
         return empty_returns(), empty_diagnostics()
-    tags = ["charts/episodic_return", *(f"losses/{q}" for q in QUANTITIES)]
-    points = tb_scalars(folder, tags)
-    games = points["charts/episodic_return"]
+    games = points.get("charts/episodic_return", [])
     returns = pd.DataFrame({"side": "cleanrl", "seed": seed,
                             "global_step": [s for s, _ in games],
                             "episodic_return": [v for _, v in games]})
     per_step: dict[int, dict] = {}
     for q in QUANTITIES:
-        for step, value in points[f"losses/{q}"]:
+        for step, value in points.get(f"losses/{q}", []):
             per_step.setdefault(step, {})[q] = value
     diag = pd.DataFrame([{"side": "cleanrl", "seed": seed, "iteration": step // BATCH,
                           "global_step": step, **vals} for step, vals in sorted(per_step.items())])
     return typed(returns, RETURN_COLUMNS), typed(diag, DIAGNOSTIC_COLUMNS)
 
 
-def read_distppo(run_dir: str, seed: int) -> tuple[pd.DataFrame, pd.DataFrame]:
+def read_distppo(run_dir: str, seed: int, copy: files.Copy | None = None
+                 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """distppo's games from its TensorBoard charts/episodic_return (one point per game, at the
     global_step of the iteration it ended in) and its losses from metrics.parquet."""
     if not os.path.isdir(run_dir):
         return empty_returns(), empty_diagnostics()
-    games = tb_scalars(run_dir, ["charts/episodic_return"])["charts/episodic_return"]
+    games = scalar_points("distppo", seed, run_dir, copy).get("charts/episodic_return", [])
     returns = pd.DataFrame({"side": "distppo", "seed": seed,
                             "global_step": [s for s, _ in games],
                             "episodic_return": [v for _, v in games]})
@@ -338,13 +333,15 @@ Fixed in launch/parity_report.py before any run:
   threshold: below 5 seeds a side (5 against 5: 252 splits, smallest p 2/252)."""
 
 
-def read_runs(runs: list[dict]) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+def read_runs(runs: list[dict], copy: files.Copy | None = None
+              ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """returns, diagnostics and one row per run (side, seed, last_step, finished, games) of
-    the runs given as dicts with side, seed, path, finished."""
+    the runs given as dicts with side, seed, path, finished; `copy`: the study folder's copy
+    of the runs' event files, read where they are gone and updated where they are there."""
     rets, diags, info = [empty_returns()], [empty_diagnostics()], []
     for run in runs:
         reader = read_cleanrl if run["side"] == "cleanrl" else read_distppo
-        r, d = reader(run["path"], run["seed"])
+        r, d = reader(run["path"], run["seed"], copy)
         rets.append(r)
         diags.append(d)
         info.append({"side": run["side"], "seed": run["seed"], "finished": run["finished"],
@@ -357,7 +354,9 @@ def read_runs(runs: list[dict]) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFram
 
 def write_report(out: str, settings: Mapping, runs: list[dict]) -> str:
     """Every output of the study folder from the runs' files as they are now; the verdict."""
-    returns, diagnostics, info = read_runs(runs)
+    copy = files.Copy(out)
+    returns, diagnostics, info = read_runs(runs, copy)
+    copy.write()
     total = int(settings["total_timesteps"])
     stop = settings.get("stop_at_iteration")
     horizon = stop * BATCH if stop else total  # the steps every run is judged on

@@ -44,8 +44,9 @@ import parity_report as report  # noqa: E402
 
 SCRIPT = os.path.join("cleanrl", "ppo_atari_envpool.py")
 # what a study folder committed to git leaves out: distppo's checkpoints (tens of MB a run,
-# needed only to resume) and the lock files
-IGNORED = "runs/*/checkpoints/\n.study.lock\n.distppo.lock\n"
+# needed only to resume), the lock files, and the runs' TensorBoard event files (megabytes a
+# run; the report copies every scalar in them to the folder's scalars.parquet)
+IGNORED = "runs/*/checkpoints/\n.study.lock\n.distppo.lock\nruns/**/events.out.tfevents.*\n"
 # a study's identity, fixed at its start
 SAME = ("env_id", "total_timesteps", "distppo_flags", "stop_at_iteration")
 POLL_S = 3  # seconds between reads of a run's files, for a study stopped early
@@ -319,11 +320,12 @@ def lock(out: str):
 
 
 def report_runs(s: dict, out: str) -> list[dict]:
-    """The runs that have a folder, in seed order, each marked finished or not."""
+    """The runs that have a folder or are in the study folder's copy of the event files, in
+    seed order, each marked finished or not."""
     return [{"side": side, "seed": seed, "path": run_path(out, side, seed),
              "finished": is_done(out, side, seed)}
             for seed in s["seeds"] for side in report.SIDES
-            if os.path.isdir(run_path(out, side, seed))]
+            if os.path.isdir(run_path(out, side, seed)) or report.files.archived(out, side, seed)]
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
