@@ -18,6 +18,12 @@ from datetime import datetime, timezone
 import numpy as np
 import pandas as pd
 
+SIDES = ("cleanrl", "distppo")
+QUANTITIES = ("approx_kl", "clipfrac", "entropy", "value_loss", "policy_loss",
+              "explained_variance")
+BATCH = 8 * 128          # both sides run their defaults: 8 envs x 128 steps per iteration
+RETURN_COLUMNS = ("side", "seed", "global_step", "episodic_return")
+DIAGNOSTIC_COLUMNS = ("side", "seed", "iteration", "global_step", *QUANTITIES)
 SCALARS = "scalars.parquet"
 SESSIONS = "sessions.json"
 SCALAR_COLUMNS = ("side", "seed", "tag", "step", "value")
@@ -128,3 +134,109 @@ def archived(out: str, side: str, seed: int) -> bool:
     path = os.path.join(out, SESSIONS)
     return os.path.exists(path) and f"{side}-seed{seed}" in json.load(
         open(path, encoding="utf-8"))
+
+
+# --- each side's runs as the report reads them -----------------------------------------------
+
+def scalar_points(side: str, seed: int, path: str, copy: Copy | None = None
+                  ) -> dict[str, list[tuple[int, float]]]:
+    """(step, value) points of each scalar tag of a run, in the order TensorBoard shows them:
+    from its event files, else from the study folder's copy (`copy`) of them."""
+    if copy is not None:
+        points = copy.points(side, seed, path)
+    else:
+        folder = event_dir(side, path)
+        points = event_points(folder) if folder else event_points_empty()
+    return {t: list(zip(g["step"].tolist(), g["value"].astype(float).tolist()))
+            for t, g in points.groupby("tag", sort=False)}
+
+
+def read_cleanrl(workdir: str, seed: int, copy: Copy | None = None
+                 ) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """CleanRL's games (charts/episodic_return: one point per game, at the step it ended) and
+    its per-iteration losses/* scalars, iteration = global_step / BATCH."""
+    points = scalar_points("cleanrl", seed, workdir, copy)
+    if not points:
+        return empty_returns(), empty_diagnostics()
+    games = points.get("charts/episodic_return", [])
+    returns = pd.DataFrame({"side": "cleanrl", "seed": seed,
+                            "global_step": [s for s, _ in games],
+                            "episodic_return": [v for _, v in games]})
+    per_step: dict[int, dict] = {}
+    for q in QUANTITIES:
+        for step, value in points.get(f"losses/{q}", []):
+            per_step.setdefault(step, {})[q] = value
+    diag = pd.DataFrame([{"side": "cleanrl", "seed": seed, "iteration": step // BATCH,
+                          "global_step": step, **vals} for step, vals in sorted(per_step.items())])
+    return typed(returns, RETURN_COLUMNS), typed(diag, DIAGNOSTIC_COLUMNS)
+
+
+def read_distppo(run_dir: str, seed: int, copy: Copy | None = None
+                 ) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """distppo's games from its TensorBoard charts/episodic_return (one point per game, at the
+    global_step of the iteration it ended in) and its losses from metrics.parquet."""
+    if not os.path.isdir(run_dir):
+        return empty_returns(), empty_diagnostics()
+    games = scalar_points("distppo", seed, run_dir, copy).get("charts/episodic_return", [])
+    returns = pd.DataFrame({"side": "distppo", "seed": seed,
+                            "global_step": [s for s, _ in games],
+                            "episodic_return": [v for _, v in games]})
+    return typed(returns, RETURN_COLUMNS), distppo_diagnostics(run_dir, seed)
+
+
+def distppo_diagnostics(run_dir: str, seed: int) -> pd.DataFrame:
+    """distppo's losses alone, from metrics.parquet (no TensorBoard file read)."""
+    from distppo.telemetry.parquet import read_metrics
+    from distppo.telemetry.runlayout import METRICS
+    if not os.path.isdir(run_dir):
+        return empty_diagnostics()
+    metrics = read_metrics(os.path.join(run_dir, METRICS)).to_pandas()
+    diag = metrics[["iteration", "global_step", *QUANTITIES]].assign(side="distppo", seed=seed)
+    return typed(diag, DIAGNOSTIC_COLUMNS)
+
+
+def read_diagnostics(side: str, path: str, seed: int) -> pd.DataFrame:
+    """A run's per-iteration losses (CleanRL's share one event file with its games)."""
+    if side == "cleanrl":
+        return read_cleanrl(path, seed)[1]
+    return distppo_diagnostics(path, seed)
+
+
+def typed(frame: pd.DataFrame, columns: tuple[str, ...]) -> pd.DataFrame:
+    """`columns` in order, with the study's dtypes (a float column's null is NaN)."""
+    frame = frame.reindex(columns=list(columns))
+    for c in columns:
+        if c == "side":
+            frame[c] = frame[c].astype(str)
+        elif c in ("seed", "iteration", "global_step"):
+            frame[c] = frame[c].astype("int64")
+        else:
+            frame[c] = frame[c].astype("float64")
+    return frame
+
+
+def empty_returns() -> pd.DataFrame:
+    return typed(pd.DataFrame(), RETURN_COLUMNS)
+
+
+def empty_diagnostics() -> pd.DataFrame:
+    return typed(pd.DataFrame(), DIAGNOSTIC_COLUMNS)
+
+
+def read_runs(runs: list[dict], copy: Copy | None = None
+              ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """returns, diagnostics and one row per run (side, seed, last_step, finished, games) of
+    the runs given as dicts with side, seed, path, finished; `copy`: the study folder's copy
+    of the runs' event files, read where they are gone and updated where they are there."""
+    rets, diags, info = [empty_returns()], [empty_diagnostics()], []
+    for run in runs:
+        reader = read_cleanrl if run["side"] == "cleanrl" else read_distppo
+        r, d = reader(run["path"], run["seed"], copy)
+        rets.append(r)
+        diags.append(d)
+        info.append({"side": run["side"], "seed": run["seed"], "finished": run["finished"],
+                     "last_step": int(d["global_step"].max()) if len(d) else 0, "games": len(r)})
+    returns = pd.concat([x for x in rets if len(x)] or rets, ignore_index=True)
+    diagnostics = pd.concat([x for x in diags if len(x)] or diags, ignore_index=True)
+    return (returns, diagnostics,
+            pd.DataFrame(info, columns=["side", "seed", "finished", "last_step", "games"]))
