@@ -6,6 +6,7 @@ stated in advance, and a permutation test per diagnostic over the first 100 iter
 """
 from __future__ import annotations
 
+import json
 import math
 import os
 from typing import Iterable, Mapping
@@ -13,6 +14,7 @@ from typing import Iterable, Mapping
 import numpy as np
 import pandas as pd
 import parity_files as files
+import parity_stats as stats
 from parity_files import (  # noqa: F401  the study reads runs through this module
     BATCH,
     DIAGNOSTIC_COLUMNS,
@@ -42,14 +44,16 @@ PERMUTATIONS = 10_000
 
 # --- the numbers --------------------------------------------------------------------------------
 
-def binned_curves(returns: pd.DataFrame, bin_steps: int = BIN_STEPS) -> pd.DataFrame:
+def binned_curves(returns: pd.DataFrame, bin_steps: int = BIN_STEPS,
+                  horizon: int | None = None) -> pd.DataFrame:
     """Per side and bin: the mean, min and max over seeds of each seed's mean return of the
     games that ended in the bin. Bin k holds steps in (k * bin_steps, (k + 1) * bin_steps] and
-    is labelled by its end; a seed with no game in a bin is left out of it (`seeds` counts)."""
+    is labelled by its end, or by `horizon` (the steps judged) where that comes first, so no
+    point lies past the runs' stop; a seed with no game in a bin is left out (`seeds` counts)."""
     if returns.empty:
         return pd.DataFrame(columns=["side", "bin_end", "mean", "min", "max", "seeds"])
-    r = returns.assign(bin_end=np.ceil(returns["global_step"] / bin_steps).clip(lower=1)
-                       .astype("int64") * bin_steps)
+    ends = np.ceil(returns["global_step"] / bin_steps).clip(lower=1).astype("int64") * bin_steps
+    r = returns.assign(bin_end=ends if horizon is None else ends.clip(upper=horizon))
     per_seed = r.groupby(["side", "bin_end", "seed"])["episodic_return"].mean().reset_index()
     out = per_seed.groupby(["side", "bin_end"])["episodic_return"].agg(
         ["mean", "min", "max", "count"]).reset_index()
@@ -91,6 +95,37 @@ def end_check(end: Mapping[str, Iterable[float]]) -> dict:
     return {**out, "diff": diff, "margin": margin, "holds": bool(diff < margin)}
 
 
+def seed_values(diag: pd.DataFrame, iterations: int) -> pd.DataFrame:
+    """One row per run that holds all of iterations 1..`iterations`: its mean of each
+    quantity over them (a seed's correlated iterations count once)."""
+    early = diag[diag["iteration"] <= iterations]
+    whole = early.groupby(["side", "seed"])["iteration"].transform("nunique") == iterations
+    return early[whole].groupby(["side", "seed"], as_index=False)[list(QUANTITIES)].mean()
+
+
+def seed_intervals(diag: pd.DataFrame, iterations: int, margin: float | None = None,
+                   permutations: int = PERMUTATIONS) -> pd.DataFrame:
+    """Per quantity, by seed: the 95% interval of mean(distppo) - mean(CleanRL) that the
+    rule's permutation test leaves open, as fractions of |CleanRL's mean| (low, high;
+    infinite where no split can reject), and with a `margin` (a fraction of |CleanRL's mean|,
+    stated in advance) the equivalence test's p (tost_p) and whether it holds (p < ALPHA)."""
+    values, rows = seed_values(diag, iterations), []
+    for q in QUANTITIES:
+        a, b = (values.loc[values["side"] == s, q].dropna().to_numpy(dtype=float)
+                for s in SIDES)
+        row = {"quantity": q, "low": math.nan, "high": math.nan, "tost_p": math.nan,
+               "equivalent": None}
+        if a.size >= 2 and b.size >= 2 and a.mean() != 0:
+            scale = abs(a.mean())
+            low, high = stats.shift_interval(a, b, permutations=permutations)
+            row.update(low=low / scale, high=high / scale)
+            if margin is not None:
+                row["tost_p"] = stats.tost_p(a, b, margin * scale, permutations)
+                row["equivalent"] = bool(row["tost_p"] < ALPHA)
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
 def diagnostics_tests(diag: pd.DataFrame, iterations: int = EARLY_ITERATIONS,
                       permutations: int = PERMUTATIONS, by_seed: bool = False) -> pd.DataFrame:
     """Per quantity, over iterations 1..`iterations` of every seed: each side's mean, the
@@ -99,10 +134,8 @@ def diagnostics_tests(diag: pd.DataFrame, iterations: int = EARLY_ITERATIONS,
     holds all those iterations gives one value, its mean over them, so the correlated
     iterations of one seed count once; with too few seeds for any split to reach the
     threshold, a quantity is undecided (None), not "no difference"."""
-    early = diag[diag["iteration"] <= iterations]
-    if by_seed:
-        whole = early.groupby(["side", "seed"])["iteration"].transform("nunique") == iterations
-        early = early[whole].groupby(["side", "seed"], as_index=False)[list(QUANTITIES)].mean()
+    early = (seed_values(diag, iterations) if by_seed
+             else diag[diag["iteration"] <= iterations])
     rows = []
     for q in QUANTITIES:
         vals = {s: early.loc[early["side"] == s, q].dropna().to_numpy(dtype=float) for s in SIDES}
@@ -133,21 +166,28 @@ def cut_at_stop(returns: pd.DataFrame, diagnostics: pd.DataFrame, stop: int
             diagnostics[diagnostics["iteration"] <= stop].reset_index(drop=True))
 
 
-def verdict(end: dict | None, tests: pd.DataFrame) -> str:
-    """equivalent | not equivalent | undecided, by the rule in this module's docstring;
-    `end` None: a study stopped early, judged by its diagnostics alone."""
+def verdict(end: dict | None, tests: pd.DataFrame,
+            equivalence: pd.DataFrame | None = None) -> str:
+    """difference found | no difference found | undecided, by the rule (RULE); `end` None: a
+    study stopped early, judged by its diagnostics alone. "equivalent" only where a margin was
+    stated in advance and every quantity's equivalence test (`equivalence`) holds: no
+    difference found is not equivalence."""
     differs = list(tests["differs"]) if len(tests) else [None]
     holds = True if end is None else end["holds"]
     if holds is False or any(d is True for d in differs):
-        return "not equivalent"
+        return "difference found"
     if holds is None or any(d is None for d in differs):
         return "undecided"
-    return "equivalent"
+    if equivalence is not None and len(equivalence) and all(
+            e is True for e in equivalence["equivalent"]):
+        return "equivalent"
+    return "no difference found"
 
 
 # --- the figure and the files -------------------------------------------------------------------
 
-def plot_curves(curves: pd.DataFrame, title: str, path: str) -> None:
+def plot_curves(curves: pd.DataFrame, title: str, path: str, bin_steps: int = BIN_STEPS
+                ) -> None:
     import matplotlib
     matplotlib.use("Agg")  # files only; never open a window
     import matplotlib.pyplot as plt
@@ -161,7 +201,7 @@ def plot_curves(curves: pd.DataFrame, title: str, path: str) -> None:
         ax.fill_between(c["bin_end"], c["min"], c["max"], color=color, alpha=0.2,
                         label=f"{side} (min-max)")
     ax.set_xlabel("global step (agent steps)")
-    ax.set_ylabel(f"episodic return ({BIN_STEPS // 1000}k-step bins)")
+    ax.set_ylabel(f"episodic return ({bin_steps:,}-step bins)")
     ax.set_title(title)
     ax.grid(alpha=0.3)
     if len(curves):  # no game yet: an empty frame, no legend
@@ -169,6 +209,44 @@ def plot_curves(curves: pd.DataFrame, title: str, path: str) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
+
+
+def run_facts(info: pd.DataFrame, returns: pd.DataFrame, diagnostics: pd.DataFrame,
+              runs: list[dict], sessions: Mapping, settings: Mapping) -> pd.DataFrame:
+    """The runs table's rows: what each run holds within the steps judged (last_step, games,
+    after a stop's cut), how far it ran (ran_to), the processes that wrote it and the commit
+    it ran."""
+    facts = info.assign(ran_to=info["last_step"])
+    for i, run in enumerate(info.itertuples()):
+        mine = ((diagnostics["side"] == run.side) & (diagnostics["seed"] == run.seed))
+        games = ((returns["side"] == run.side) & (returns["seed"] == run.seed))
+        facts.loc[i, "last_step"] = int(diagnostics.loc[mine, "global_step"].max()) \
+            if mine.any() else 0
+        facts.loc[i, "games"] = int(games.sum())
+    facts["processes"] = [
+        sessions.get(f"{r.side}-seed{r.seed}", {}).get("sessions", []) for r in info.itertuples()]
+    facts["commit"] = [run_commit(r, settings) for r in runs]
+    return facts
+
+
+def run_commit(run: Mapping, settings: Mapping) -> str | None:
+    """The commit a run ran: distppo's config.json records its own; CleanRL's is the study's
+    checkout's, recorded in study.json (None: not recorded)."""
+    if run["side"] == "cleanrl":
+        return settings.get("cleanrl_commit")
+    path = os.path.join(run["path"], "config.json")
+    return json.load(open(path, encoding="utf-8")).get("git_commit") \
+        if os.path.exists(path) else None
+
+
+def study_versions(runs: list[dict]) -> dict:
+    """The library versions distppo's first run recorded (the study runs both sides with one
+    interpreter, so CleanRL's script ran on the same)."""
+    for run in runs:
+        path = os.path.join(run["path"], "config.json")
+        if run["side"] == "distppo" and os.path.exists(path):
+            return json.load(open(path, encoding="utf-8")).get("versions", {})
+    return {}
 
 
 def write_report(out: str, settings: Mapping, runs: list[dict]) -> str:
@@ -189,16 +267,40 @@ def write_report(out: str, settings: Mapping, runs: list[dict]) -> str:
                      & table.set_index(["side", "seed"]).index.isin(
                          finished.set_index(["side", "seed"]).index)]
     end = end_check({s: end_rows.loc[end_rows["side"] == s, "value"] for s in SIDES})
-    tests = diagnostics_tests(diagnostics, stop or EARLY_ITERATIONS)
-    seeds = diagnostics_tests(diagnostics, stop, by_seed=True) if stop else None
-    result = verdict(None, seeds) if stop else verdict(end, tests)
-    plot_curves(binned_curves(returns), f"{settings['env_id']}: CleanRL's script vs distppo, "
-                f"{horizon:,} steps each" + (f" (of a {total:,}-step schedule)" if stop else ""),
-                os.path.join(out, "learning_curves.png"))
-    text = readme(settings, info, table_markdown(table, info, horizon), end, tests, result,
-                  seeds)
+    early = stop or EARLY_ITERATIONS
+    tests = diagnostics_tests(diagnostics, early)
+    seeds = diagnostics_tests(diagnostics, early, by_seed=True)
+    margin = (settings.get("rule") or {}).get("margin")
+    intervals = seed_intervals(diagnostics, early, margin)
+    equivalence = intervals if margin is not None else None
+    result = verdict(None, seeds, equivalence) if stop else verdict(end, tests, equivalence)
+    bins = bin_steps(stop)
+    plot_curves(binned_curves(returns, bins, horizon),
+                f"{settings['env_id']}: CleanRL's script vs distppo, {horizon:,} steps each"
+                + (f"\n(the first of a {total:,}-step schedule)" if stop else ""),
+                os.path.join(out, "learning_curves.png"), bins)
+    facts = run_facts(info, returns, diagnostics, runs, copy.sessions, settings)
+    found = {"info": facts, "table": table_markdown(table, facts, horizon), "end": end,
+             "tests": tests, "seeds": seeds, "intervals": intervals, "result": result,
+             "versions": study_versions(runs),
+             "end_rates": None if stop else end_rule_rates(end)}
+    text = readme(settings, found)
     with open(os.path.join(out, "README.md"), "w", encoding="utf-8") as f:
         f.write(text)
     return result
 
 
+def bin_steps(stop: int | None) -> int:
+    """The curves' bin: BIN_STEPS, or for a study stopped at iteration `stop` a tenth of its
+    steps in whole iterations, so that the last bin ends at the stop (no point past it)."""
+    return BATCH * max(1, stop // 10) if stop else BIN_STEPS
+
+
+def end_rule_rates(end: dict) -> dict | None:
+    """How often the end rule fails for identical sides and passes for sides one seed std
+    apart, with this study's seeds a side (None: not judged or too few seeds)."""
+    n = min(end["n_cleanrl"], end["n_distppo"])
+    if end["holds"] is None or n < 2:
+        return None
+    return {"seeds": n, "fails_identical": 1 - stats.end_rule_rates(n, 0.0),
+            "passes_one_std": stats.end_rule_rates(n, 1.0)}

@@ -220,18 +220,28 @@ def test_a_study_from_before_the_stop_flag_continues(tmp_path):
 
 def test_verdict_rule():
     tests = pd.DataFrame({"differs": [False] * 6})
-    assert pr.verdict({"holds": True}, tests) == "equivalent"
-    assert pr.verdict({"holds": False}, tests) == "not equivalent"
+    # the rule's tests not separating the sides is "no difference found", never "equivalent"
+    assert pr.verdict({"holds": True}, tests) == "no difference found"
+    assert pr.verdict({"holds": False}, tests) == "difference found"
     assert pr.verdict({"holds": None}, tests) == "undecided"
     one = pd.DataFrame({"differs": [False] * 5 + [True]})
-    assert pr.verdict({"holds": True}, one) == "not equivalent"
-    assert pr.verdict({"holds": None}, one) == "not equivalent"
+    assert pr.verdict({"holds": True}, one) == "difference found"
+    assert pr.verdict({"holds": None}, one) == "difference found"
     missing = pd.DataFrame({"differs": [False] * 5 + [None]})
     assert pr.verdict({"holds": True}, missing) == "undecided"
     # a study stopped early: its diagnostics alone
-    assert pr.verdict(None, tests) == "equivalent"
-    assert pr.verdict(None, one) == "not equivalent"
+    assert pr.verdict(None, tests) == "no difference found"
+    assert pr.verdict(None, one) == "difference found"
     assert pr.verdict(None, missing) == "undecided"
+    # "equivalent" only with every equivalence test against the stated margin holding
+    held = pd.DataFrame({"equivalent": [True] * 6})
+    assert pr.verdict(None, tests, held) == "equivalent"
+    assert pr.verdict({"holds": True}, tests, held) == "equivalent"
+    assert pr.verdict(None, one, held) == "difference found"
+    short = pd.DataFrame({"equivalent": [True] * 5 + [False]})
+    assert pr.verdict(None, tests, short) == "no difference found"
+    assert pr.verdict(None, tests, pd.DataFrame({"equivalent": [True] * 5 + [None]})) == \
+        "no difference found"
 
 
 @pytest.mark.parametrize("argv, message", [
