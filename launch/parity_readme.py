@@ -170,7 +170,16 @@ def reading(s: Mapping, found: Mapping, judged: pd.DataFrame) -> list[str]:
     lines = [f"- Flagged by the judged test: {', '.join(flagged) if flagged else 'none'}"
              + (" (" + ", ".join(f"{t.quantity} p {t.p:.4f}" for t in judged.itertuples()
                                  if t.differs is True) + ")" if flagged else "") + "."]
-    if (s.get("rule") or {}).get("margin") is None:
+    margin = (s.get("rule") or {}).get("margin")
+    if margin is not None:
+        e = found["equivalence"]
+        held = [r.quantity for r in e.itertuples() if r.equivalent is True]
+        other = [r.quantity for r in e.itertuples() if r.equivalent is not True]
+        lines.append(f"- Equivalence margin +-{margin:.0%} of CleanRL's mean, fixed with the "
+                     f"rule at {s['rule']['fixed_at']}: within it (two one-sided permutation "
+                     f"tests, p < 0.05): {', '.join(held) or 'none'}; not shown within it: "
+                     f"{', '.join(other) or 'none'}.")
+    if margin is None:
         lines.append("- No equivalence margin was stated before the runs, so nothing here tests "
                      "equivalence: \"no difference found\" means only that the test did not "
                      "separate the sides. " + intervals_sentence(found["intervals"]))

@@ -6,9 +6,13 @@ stated in advance, and a permutation test per diagnostic over the first 100 iter
 """
 from __future__ import annotations
 
+import hashlib
+import inspect
 import json
 import math
 import os
+import subprocess
+import time
 from typing import Iterable, Mapping
 
 import numpy as np
@@ -30,6 +34,7 @@ from parity_readme import (  # noqa: F401
     BIN_STEPS,
     EARLY_ITERATIONS,
     FRACTIONS,
+    RULE,
     readme,
     runs_status,
     sides_asked,
@@ -212,7 +217,7 @@ def plot_curves(curves: pd.DataFrame, title: str, path: str, bin_steps: int = BI
 
 
 def run_facts(info: pd.DataFrame, returns: pd.DataFrame, diagnostics: pd.DataFrame,
-              runs: list[dict], sessions: Mapping, settings: Mapping) -> pd.DataFrame:
+              runs: list[dict], sessions: Mapping, settings: Mapping, out: str) -> pd.DataFrame:
     """The runs table's rows: what each run holds within the steps judged (last_step, games,
     after a stop's cut), how far it ran (ran_to), the processes that wrote it and the commit
     it ran."""
@@ -225,15 +230,18 @@ def run_facts(info: pd.DataFrame, returns: pd.DataFrame, diagnostics: pd.DataFra
         facts.loc[i, "games"] = int(games.sum())
     facts["processes"] = [
         sessions.get(f"{r.side}-seed{r.seed}", {}).get("sessions", []) for r in info.itertuples()]
-    facts["commit"] = [run_commit(r, settings) for r in runs]
+    facts["commit"] = [run_commit(r, settings, out) for r in runs]
     return facts
 
 
-def run_commit(run: Mapping, settings: Mapping) -> str | None:
-    """The commit a run ran: distppo's config.json records its own; CleanRL's is the study's
-    checkout's, recorded in study.json (None: not recorded)."""
-    if run["side"] == "cleanrl":
-        return settings.get("cleanrl_commit")
+def run_commit(run: Mapping, settings: Mapping, out: str) -> str | None:
+    """The commit a run ran: the study's mark of the finished run records it; else distppo's
+    config.json its own, and for CleanRL study.json its checkout's (None: not recorded)."""
+    done = os.path.join(out, "logs", f"{run['side']}-seed{run['seed']}.done.json")
+    commit = json.load(open(done, encoding="utf-8")).get("commit") \
+        if os.path.exists(done) else None
+    if commit or run["side"] == "cleanrl":
+        return commit or settings.get("cleanrl_commit")
     path = os.path.join(run["path"], "config.json")
     return json.load(open(path, encoding="utf-8")).get("git_commit") \
         if os.path.exists(path) else None
@@ -272,22 +280,83 @@ def write_report(out: str, settings: Mapping, runs: list[dict]) -> str:
     seeds = diagnostics_tests(diagnostics, early, by_seed=True)
     margin = (settings.get("rule") or {}).get("margin")
     intervals = seed_intervals(diagnostics, early, margin)
-    equivalence = intervals if margin is not None else None
+    equivalence = None if margin is None else end_equivalence(intervals, end_rows, margin, stop)
     result = verdict(None, seeds, equivalence) if stop else verdict(end, tests, equivalence)
     bins = bin_steps(stop)
     plot_curves(binned_curves(returns, bins, horizon),
                 f"{settings['env_id']}: CleanRL's script vs distppo, {horizon:,} steps each"
                 + (f"\n(the first of a {total:,}-step schedule)" if stop else ""),
                 os.path.join(out, "learning_curves.png"), bins)
-    facts = run_facts(info, returns, diagnostics, runs, copy.sessions, settings)
+    facts = run_facts(info, returns, diagnostics, runs, copy.sessions, settings, out)
     found = {"info": facts, "table": table_markdown(table, facts, horizon), "end": end,
              "tests": tests, "seeds": seeds, "intervals": intervals, "result": result,
+             "equivalence": equivalence,
              "versions": study_versions(runs),
              "end_rates": None if stop else end_rule_rates(end)}
     text = readme(settings, found)
     with open(os.path.join(out, "README.md"), "w", encoding="utf-8") as f:
         f.write(text)
     return result
+
+
+def end_equivalence(intervals: pd.DataFrame, end_rows: pd.DataFrame, margin: float,
+                    stop: int | None) -> pd.DataFrame:
+    """Every equivalence test the verdict needs: the diagnostics' by seed, and for a study
+    run to the end its end returns' (finished seeds' last 100 games) against the margin."""
+    tests = intervals[["quantity", "tost_p", "equivalent"]]
+    if stop:
+        return tests
+    a, b = (end_rows.loc[end_rows["side"] == s, "value"].dropna().to_numpy(dtype=float)
+            for s in SIDES)
+    row = {"quantity": "end return", "tost_p": math.nan, "equivalent": None}
+    if a.size >= 2 and b.size >= 2 and a.mean() != 0:
+        row["tost_p"] = stats.tost_p(a, b, margin * abs(a.mean()))
+        row["equivalent"] = bool(row["tost_p"] < ALPHA)
+    return pd.concat([tests, pd.DataFrame([row])], ignore_index=True)
+
+
+# --- the rule, fixed at a study's start -----------------------------------------------------------
+
+JUDGING = (end_check, diagnostics_tests, seed_values, seed_intervals, can_differ, verdict,
+           stats.permutation_diffs, stats.share_at_least, stats.permutation_p,
+           stats.one_sided_p, stats.shift_interval, stats.tost_p)
+
+
+def rule_digest(margin: float | None) -> str:
+    """A digest of the rule as this code states and computes it (RULE, the judging functions'
+    source, the margin): a study stores it at its start and refuses another."""
+    text = "\n".join([RULE, *(inspect.getsource(f) for f in JUDGING), f"margin {margin!r}"])
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def rule_record(margin: float | None, commit: str | None) -> dict:
+    """study.json's `rule`, written before the first run starts."""
+    return {"fixed_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "source": f"launch/parity_report.py at {commit or 'an unknown commit'}",
+            "margin": margin, "sha256": rule_digest(margin), "amended": []}
+
+
+def study_commits(cleanrl_dir: str | None) -> dict:
+    """The commits this start runs: distppo's (`<sha>-dirty` with uncommitted changes, as its
+    config.json records it) and the CleanRL checkout's (None without one)."""
+    from distppo.telemetry.provenance import git_commit
+    cleanrl = None
+    if cleanrl_dir:
+        done = subprocess.run(["git", "-C", cleanrl_dir, "rev-parse", "HEAD"],
+                              capture_output=True, text=True, timeout=30)
+        cleanrl = done.stdout.strip() if done.returncode == 0 else None
+    return {"distppo_commit": git_commit(), "cleanrl_commit": cleanrl}
+
+
+def rule_problem(settings: Mapping, out: str) -> str | None:
+    """One line when the study's stored rule is not this code's (None: the same, or a study
+    whose rule was recorded by hand, without a digest)."""
+    rule = settings.get("rule") or {}
+    if "sha256" not in rule or rule["sha256"] == rule_digest(rule.get("margin")):
+        return None
+    return (f"error: {out} fixed its verdict rule at {rule['fixed_at']} ({rule['source']}) and "
+            "this launch/parity_report.py states or computes it differently: continue or "
+            "report the study with that commit, or start another --out")
 
 
 def bin_steps(stop: int | None) -> int:

@@ -5,11 +5,13 @@ The end-to-end study runs CleanRL's own script when DISTPPO_CLEANRL_DIR names a 
 checkout and gym + tyro (CleanRL's imports, not distppo's) are installed; otherwise distppo's
 side alone, and the CleanRL checks are skipped with the reason. Nothing is installed here.
 """
+import glob
 import importlib.util
 import json
 import math
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -320,6 +322,37 @@ def test_study_stops_continues_and_keeps(study):
     readme = (out / "README.md").read_text()
     assert "**Verdict: undecided**" in readme and "all runs finished" in readme
     assert (out / "learning_curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1800)  # the study's runs, on a loaded 2-core machine
+def test_study_rebuilds_without_its_event_files(study, tmp_path):
+    """The report's copy of the event files (scalars.parquet, sessions.json) stands in for
+    them: with every event file gone the study rebuilds the same numbers and README."""
+    out = tmp_path / "copy"
+    shutil.copytree(study["out"], out)
+    kept = {f: (out / f).read_bytes() for f in ("README.md", "returns.parquet",
+                                                 "diagnostics.parquet", "scalars.parquet")}
+    events = glob.glob(str(out / "runs" / "**" / "events.out.tfevents.*"), recursive=True)
+    assert events and all(".gitignore" not in e for e in events)
+    assert "runs/**/events.out.tfevents.*" in (out / ".gitignore").read_text()
+    for path in events:
+        os.remove(path)
+    rebuilt = subprocess.run([sys.executable, os.path.join(REPO, "launch", "parity_study.py"),
+                              "--out", str(out), "--report-only"], capture_output=True,
+                             text=True, cwd=REPO, timeout=300)
+    assert rebuilt.returncode == 0, rebuilt.stdout[-3000:] + rebuilt.stderr
+    assert {f: (out / f).read_bytes() for f in kept} == kept
+    # the stopped distppo run: two processes, the second resumed from a checkpoint
+    processes = json.loads((out / "sessions.json").read_text())["distppo-seed1"]["sessions"]
+    assert len(processes) == 2 and processes[1]["first_step"] > pr.BATCH
+    assert re.search(r"\| distppo \| 1 \| 3,072 \| \d+ \| 3,072 \| 2: resumed from iteration "
+                     r"[12] \| [0-9a-f]{10}", kept["README.md"].decode())
+    study_json = json.loads((out / "study.json").read_text())
+    assert study_json["rule"]["sha256"] == pr.rule_digest(None)
+    assert study_json["distppo_commit"] and json.loads(
+        (out / "logs" / "distppo-seed1.done.json").read_text())["commit"] == \
+        study_json["distppo_commit"]
 
 
 @pytest.mark.slow
