@@ -1,8 +1,11 @@
 """The parity study's numbers (launch/parity_study.py): what each side's files say, the binned
-learning curves, the last-100-games table and the verdict, by a rule fixed here before any run.
+learning curves, the last-100-games table and the verdict.
 
-The verdict rule is RULE below, written into each study's README: a margin on the end returns
-stated in advance, and a permutation test per diagnostic over the first 100 iterations.
+The verdict rule is RULE (parity_readme.py), written into each study's README: a margin on the
+end returns stated in advance, and a permutation test per diagnostic over the first 100
+iterations; "equivalent" only through equivalence tests against a margin given at the study's
+start. A study fixes the rule in its study.json before its first run (rule_record) and is
+refused once this code states or computes it differently (rule_problem).
 """
 from __future__ import annotations
 

@@ -12,8 +12,10 @@ pinned to its own share of this process's cores and given torch threads = that s
 distppo gets `--backend envpool` and EnvPool's default time limit for the id, which is what
 CleanRL's script gets from today's EnvPool (distppo's own default is EnvPool 0.6.6's).
 
-OUT gets returns.parquet, diagnostics.parquet, learning_curves.png and a README.md with the
-last-100-games table and the verdict (its rule: launch/parity_report.py), rebuilt after the
+OUT gets returns.parquet, diagnostics.parquet, learning_curves.png, scalars.parquet and
+sessions.json (the runs' event files in Parquet: git keeps those, not the event files) and a
+README.md with the last-100-games table and the verdict (its rule: launch/parity_report.py,
+fixed in study.json at the first start), rebuilt after the
 runs, or from whatever exists with --report-only. With --stop-at-iteration N every run stops
 once its files hold iteration N (the learning rate still annealed over the whole budget): a
 cheaper study of the early diagnostics, judged by seed, for more seeds a side.
