@@ -45,6 +45,10 @@ COMMON = {
     "requests", "urllib3", "idna", "certifi", "charset-normalizer", "click", "msgpack", "attrs",
     "packaging", "cloudpickle", "absl-py", "wrapt", "pytest", "pluggy", "iniconfig", "pygments",
 }
+# one part's size: a device call carries 64 MiB, the repository's tracked files included, so
+# the tracked tree must stay under the rest (tests/integration/test_gpu_bundle.py checks it)
+CARRIED_MIB = 64
+PART_MIB = 56.0
 NO_DEPS = {"envpool"}  # its other requirements are the MuJoCo assets, glfw, matplotlib
 SKIP = {  # the machine's torch brings these; a second copy could shadow the one torch uses
     "numpy", "torch", "filelock", "typing-extensions", "sympy", "mpmath", "networkx", "jinja2",
@@ -170,7 +174,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--python-version", default="3.12", help="the GPU machine's Python")
     ap.add_argument("--out", default=".gpu-bundle", help="folder for part1/, part2/, ...")
-    ap.add_argument("--max-mib", type=float, default=56.0,
+    ap.add_argument("--max-mib", type=float, default=PART_MIB,
                     help="size of one part (the device tool carries 64 MiB per call, the "
                          "repository's files included)")
     ap.add_argument("--install", metavar="BUNDLE",

@@ -1,137 +1,67 @@
 """The parity study's numbers (launch/parity_study.py): what each side's files say, the binned
-learning curves, the last-100-games table and the verdict, by a rule fixed here before any run.
+learning curves, the last-100-games table and the verdict.
 
-The verdict rule is RULE below, written into each study's README: a margin on the end returns
-stated in advance, and a permutation test per diagnostic over the first 100 iterations.
+The verdict rule is RULE (parity_readme.py), written into each study's README: a margin on the
+end returns stated in advance, and a permutation test per diagnostic over the first 100
+iterations; "equivalent" only through equivalence tests against a margin given at the study's
+start. A study fixes the rule in its study.json before its first run (rule_record) and is
+refused once this code states or computes it differently (rule_problem).
 """
 from __future__ import annotations
 
-import glob
-import itertools
+import hashlib
+import inspect
+import json
 import math
 import os
+import subprocess
+import time
 from typing import Iterable, Mapping
 
 import numpy as np
 import pandas as pd
+import parity_files as files
+import parity_stats as stats
+from parity_files import (  # noqa: F401  the study reads runs through this module
+    BATCH,
+    DIAGNOSTIC_COLUMNS,
+    QUANTITIES,
+    RETURN_COLUMNS,
+    SIDES,
+    empty_diagnostics,
+    empty_returns,
+    read_diagnostics,
+    read_runs,
+)
+from parity_readme import (  # noqa: F401
+    BIN_STEPS,
+    EARLY_ITERATIONS,
+    FRACTIONS,
+    RULE,
+    readme,
+    runs_status,
+    sides_asked,
+    table_markdown,
+)
+from parity_stats import permutation_p
 
-SIDES = ("cleanrl", "distppo")
-QUANTITIES = ("approx_kl", "clipfrac", "entropy", "value_loss", "policy_loss",
-              "explained_variance")
-BATCH = 8 * 128          # both sides run their defaults: 8 envs x 128 steps per iteration
-BIN_STEPS = 50_000       # learning-curve bins
-FRACTIONS = (0.25, 0.5, 0.75, 1.0)
 LAST_GAMES = 100         # CleanRL's benchmark statistic: the mean of the last 100 games
-EARLY_ITERATIONS = 100
 ALPHA = 0.05
 PERMUTATIONS = 10_000
-PERMUTATION_SEED = 0
-RETURN_COLUMNS = ("side", "seed", "global_step", "episodic_return")
-DIAGNOSTIC_COLUMNS = ("side", "seed", "iteration", "global_step", *QUANTITIES)
-
-
-# --- reading each side's files ------------------------------------------------------------------
-
-def tb_scalars(folder: str, tags: Iterable[str]) -> dict[str, list[tuple[int, float]]]:
-    """(step, value) points of each tag in the event files of `folder`, in file order. A
-    resumed distppo run's restart marker (SessionLog START) hides the events its killed
-    predecessor wrote past the checkpoint, as TensorBoard shows them."""
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-    acc = EventAccumulator(folder, size_guidance={"scalars": 0})  # 0: keep every point
-    acc.Reload()
-    have = set(acc.Tags()["scalars"])
-    return {t: [(int(e.step), float(e.value)) for e in acc.Scalars(t)] if t in have else []
-            for t in tags}
-
-
-def cleanrl_event_dir(workdir: str) -> str | None:
-    """CleanRL writes runs/<env>__<exp>__<seed>__<time>/ under its working directory."""
-    found = sorted(glob.glob(os.path.join(workdir, "runs", "*")))
-    return found[-1] if found else None
-
-
-def read_cleanrl(workdir: str, seed: int) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """CleanRL's games (charts/episodic_return: one point per game, at the step it ended) and
-    its per-iteration losses/* scalars, iteration = global_step / BATCH."""
-    folder = cleanrl_event_dir(workdir)
-    if folder is None:
-        return empty_returns(), empty_diagnostics()
-    tags = ["charts/episodic_return", *(f"losses/{q}" for q in QUANTITIES)]
-    points = tb_scalars(folder, tags)
-    games = points["charts/episodic_return"]
-    returns = pd.DataFrame({"side": "cleanrl", "seed": seed,
-                            "global_step": [s for s, _ in games],
-                            "episodic_return": [v for _, v in games]})
-    per_step: dict[int, dict] = {}
-    for q in QUANTITIES:
-        for step, value in points[f"losses/{q}"]:
-            per_step.setdefault(step, {})[q] = value
-    diag = pd.DataFrame([{"side": "cleanrl", "seed": seed, "iteration": step // BATCH,
-                          "global_step": step, **vals} for step, vals in sorted(per_step.items())])
-    return typed(returns, RETURN_COLUMNS), typed(diag, DIAGNOSTIC_COLUMNS)
-
-
-def read_distppo(run_dir: str, seed: int) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """distppo's games from its TensorBoard charts/episodic_return (one point per game, at the
-    global_step of the iteration it ended in) and its losses from metrics.parquet."""
-    if not os.path.isdir(run_dir):
-        return empty_returns(), empty_diagnostics()
-    games = tb_scalars(run_dir, ["charts/episodic_return"])["charts/episodic_return"]
-    returns = pd.DataFrame({"side": "distppo", "seed": seed,
-                            "global_step": [s for s, _ in games],
-                            "episodic_return": [v for _, v in games]})
-    return typed(returns, RETURN_COLUMNS), distppo_diagnostics(run_dir, seed)
-
-
-def distppo_diagnostics(run_dir: str, seed: int) -> pd.DataFrame:
-    """distppo's losses alone, from metrics.parquet (no TensorBoard file read)."""
-    from distppo.telemetry.parquet import read_metrics
-    from distppo.telemetry.runlayout import METRICS
-    if not os.path.isdir(run_dir):
-        return empty_diagnostics()
-    metrics = read_metrics(os.path.join(run_dir, METRICS)).to_pandas()
-    diag = metrics[["iteration", "global_step", *QUANTITIES]].assign(side="distppo", seed=seed)
-    return typed(diag, DIAGNOSTIC_COLUMNS)
-
-
-def read_diagnostics(side: str, path: str, seed: int) -> pd.DataFrame:
-    """A run's per-iteration losses (CleanRL's share one event file with its games)."""
-    if side == "cleanrl":
-        return read_cleanrl(path, seed)[1]
-    return distppo_diagnostics(path, seed)
-
-
-def typed(frame: pd.DataFrame, columns: tuple[str, ...]) -> pd.DataFrame:
-    """`columns` in order, with the study's dtypes (a float column's null is NaN)."""
-    frame = frame.reindex(columns=list(columns))
-    for c in columns:
-        if c == "side":
-            frame[c] = frame[c].astype(str)
-        elif c in ("seed", "iteration", "global_step"):
-            frame[c] = frame[c].astype("int64")
-        else:
-            frame[c] = frame[c].astype("float64")
-    return frame
-
-
-def empty_returns() -> pd.DataFrame:
-    return typed(pd.DataFrame(), RETURN_COLUMNS)
-
-
-def empty_diagnostics() -> pd.DataFrame:
-    return typed(pd.DataFrame(), DIAGNOSTIC_COLUMNS)
 
 
 # --- the numbers --------------------------------------------------------------------------------
 
-def binned_curves(returns: pd.DataFrame, bin_steps: int = BIN_STEPS) -> pd.DataFrame:
+def binned_curves(returns: pd.DataFrame, bin_steps: int = BIN_STEPS,
+                  horizon: int | None = None) -> pd.DataFrame:
     """Per side and bin: the mean, min and max over seeds of each seed's mean return of the
     games that ended in the bin. Bin k holds steps in (k * bin_steps, (k + 1) * bin_steps] and
-    is labelled by its end; a seed with no game in a bin is left out of it (`seeds` counts)."""
+    is labelled by its end, or by `horizon` (the steps judged) where that comes first, so no
+    point lies past the runs' stop; a seed with no game in a bin is left out (`seeds` counts)."""
     if returns.empty:
         return pd.DataFrame(columns=["side", "bin_end", "mean", "min", "max", "seeds"])
-    r = returns.assign(bin_end=np.ceil(returns["global_step"] / bin_steps).clip(lower=1)
-                       .astype("int64") * bin_steps)
+    ends = np.ceil(returns["global_step"] / bin_steps).clip(lower=1).astype("int64") * bin_steps
+    r = returns.assign(bin_end=ends if horizon is None else ends.clip(upper=horizon))
     per_seed = r.groupby(["side", "bin_end", "seed"])["episodic_return"].mean().reset_index()
     out = per_seed.groupby(["side", "bin_end"])["episodic_return"].agg(
         ["mean", "min", "max", "count"]).reset_index()
@@ -173,31 +103,35 @@ def end_check(end: Mapping[str, Iterable[float]]) -> dict:
     return {**out, "diff": diff, "margin": margin, "holds": bool(diff < margin)}
 
 
-def permutation_p(a: np.ndarray, b: np.ndarray, permutations: int = PERMUTATIONS,
-                  seed: int = PERMUTATION_SEED) -> float:
-    """Two-sided permutation test of mean(a) - mean(b): the share of relabellings (and the
-    observed one) whose |difference| is at least the observed one. Exact, over every split,
-    when there are no more splits than `permutations` (a few seeds a side): a sampled p there
-    would scatter around the threshold at the smallest p the split count allows."""
-    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
-    pooled = np.concatenate([a, b])
-    observed = abs(a.mean() - b.mean())
-    tol = 1e-12 * max(1.0, observed)  # a relabelling equal to the observed one counts
-    if math.comb(pooled.size, a.size) <= permutations:
-        sides = np.array(list(itertools.combinations(range(pooled.size), a.size)))  # [C, n_a]
-        sums = pooled[sides].sum(axis=1)  # [C]
-        diffs = sums / a.size - (pooled.sum() - sums) / b.size
-        return float(np.mean(np.abs(diffs) >= observed - tol))
-    rng = np.random.default_rng(seed)
-    hits = done = 0
-    while done < permutations:  # chunks keep the [k, n] index matrix small
-        k = min(1000, permutations - done)
-        idx = rng.permuted(np.tile(np.arange(pooled.size), (k, 1)), axis=1)  # [k, n]
-        shuffled = pooled[idx]
-        diff = shuffled[:, :a.size].mean(axis=1) - shuffled[:, a.size:].mean(axis=1)  # [k]
-        hits += int(np.sum(np.abs(diff) >= observed - tol))
-        done += k
-    return (hits + 1) / (permutations + 1)
+def seed_values(diag: pd.DataFrame, iterations: int) -> pd.DataFrame:
+    """One row per run that holds all of iterations 1..`iterations`: its mean of each
+    quantity over them (a seed's correlated iterations count once)."""
+    early = diag[diag["iteration"] <= iterations]
+    whole = early.groupby(["side", "seed"])["iteration"].transform("nunique") == iterations
+    return early[whole].groupby(["side", "seed"], as_index=False)[list(QUANTITIES)].mean()
+
+
+def seed_intervals(diag: pd.DataFrame, iterations: int, margin: float | None = None,
+                   permutations: int = PERMUTATIONS) -> pd.DataFrame:
+    """Per quantity, by seed: the 95% interval of mean(distppo) - mean(CleanRL) that the
+    rule's permutation test leaves open, as fractions of |CleanRL's mean| (low, high;
+    infinite where no split can reject), and with a `margin` (a fraction of |CleanRL's mean|,
+    stated in advance) the equivalence test's p (tost_p) and whether it holds (p < ALPHA)."""
+    values, rows = seed_values(diag, iterations), []
+    for q in QUANTITIES:
+        a, b = (values.loc[values["side"] == s, q].dropna().to_numpy(dtype=float)
+                for s in SIDES)
+        row = {"quantity": q, "low": math.nan, "high": math.nan, "tost_p": math.nan,
+               "equivalent": None}
+        if a.size >= 2 and b.size >= 2 and a.mean() != 0:
+            scale = abs(a.mean())
+            low, high = stats.shift_interval(a, b, permutations=permutations)
+            row.update(low=low / scale, high=high / scale)
+            if margin is not None:
+                row["tost_p"] = stats.tost_p(a, b, margin * scale, permutations)
+                row["equivalent"] = bool(row["tost_p"] < ALPHA)
+        rows.append(row)
+    return pd.DataFrame(rows)
 
 
 def diagnostics_tests(diag: pd.DataFrame, iterations: int = EARLY_ITERATIONS,
@@ -208,10 +142,8 @@ def diagnostics_tests(diag: pd.DataFrame, iterations: int = EARLY_ITERATIONS,
     holds all those iterations gives one value, its mean over them, so the correlated
     iterations of one seed count once; with too few seeds for any split to reach the
     threshold, a quantity is undecided (None), not "no difference"."""
-    early = diag[diag["iteration"] <= iterations]
-    if by_seed:
-        whole = early.groupby(["side", "seed"])["iteration"].transform("nunique") == iterations
-        early = early[whole].groupby(["side", "seed"], as_index=False)[list(QUANTITIES)].mean()
+    early = (seed_values(diag, iterations) if by_seed
+             else diag[diag["iteration"] <= iterations])
     rows = []
     for q in QUANTITIES:
         vals = {s: early.loc[early["side"] == s, q].dropna().to_numpy(dtype=float) for s in SIDES}
@@ -242,21 +174,28 @@ def cut_at_stop(returns: pd.DataFrame, diagnostics: pd.DataFrame, stop: int
             diagnostics[diagnostics["iteration"] <= stop].reset_index(drop=True))
 
 
-def verdict(end: dict | None, tests: pd.DataFrame) -> str:
-    """equivalent | not equivalent | undecided, by the rule in this module's docstring;
-    `end` None: a study stopped early, judged by its diagnostics alone."""
+def verdict(end: dict | None, tests: pd.DataFrame,
+            equivalence: pd.DataFrame | None = None) -> str:
+    """difference found | no difference found | undecided, by the rule (RULE); `end` None: a
+    study stopped early, judged by its diagnostics alone. "equivalent" only where a margin was
+    stated in advance and every quantity's equivalence test (`equivalence`) holds: no
+    difference found is not equivalence."""
     differs = list(tests["differs"]) if len(tests) else [None]
     holds = True if end is None else end["holds"]
     if holds is False or any(d is True for d in differs):
-        return "not equivalent"
+        return "difference found"
     if holds is None or any(d is None for d in differs):
         return "undecided"
-    return "equivalent"
+    if equivalence is not None and len(equivalence) and all(
+            e is True for e in equivalence["equivalent"]):
+        return "equivalent"
+    return "no difference found"
 
 
-# --- the figure and the README ------------------------------------------------------------------
+# --- the figure and the files -------------------------------------------------------------------
 
-def plot_curves(curves: pd.DataFrame, title: str, path: str) -> None:
+def plot_curves(curves: pd.DataFrame, title: str, path: str, bin_steps: int = BIN_STEPS
+                ) -> None:
     import matplotlib
     matplotlib.use("Agg")  # files only; never open a window
     import matplotlib.pyplot as plt
@@ -270,7 +209,7 @@ def plot_curves(curves: pd.DataFrame, title: str, path: str) -> None:
         ax.fill_between(c["bin_end"], c["min"], c["max"], color=color, alpha=0.2,
                         label=f"{side} (min-max)")
     ax.set_xlabel("global step (agent steps)")
-    ax.set_ylabel(f"episodic return ({BIN_STEPS // 1000}k-step bins)")
+    ax.set_ylabel(f"episodic return ({bin_steps:,}-step bins)")
     ax.set_title(title)
     ax.grid(alpha=0.3)
     if len(curves):  # no game yet: an empty frame, no legend
@@ -280,84 +219,52 @@ def plot_curves(curves: pd.DataFrame, title: str, path: str) -> None:
     plt.close(fig)
 
 
-def num(x, fmt: str = "{:.2f}") -> str:
-    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else fmt.format(x)
+def run_facts(info: pd.DataFrame, returns: pd.DataFrame, diagnostics: pd.DataFrame,
+              runs: list[dict], sessions: Mapping, settings: Mapping, out: str) -> pd.DataFrame:
+    """The runs table's rows: what each run holds within the steps judged (last_step, games,
+    after a stop's cut), how far it ran (ran_to), the processes that wrote it and the commit
+    it ran."""
+    facts = info.assign(ran_to=info["last_step"])
+    for i, run in enumerate(info.itertuples()):
+        mine = ((diagnostics["side"] == run.side) & (diagnostics["seed"] == run.seed))
+        games = ((returns["side"] == run.side) & (returns["seed"] == run.seed))
+        facts.loc[i, "last_step"] = int(diagnostics.loc[mine, "global_step"].max()) \
+            if mine.any() else 0
+        facts.loc[i, "games"] = int(games.sum())
+    facts["processes"] = [
+        sessions.get(f"{r.side}-seed{r.seed}", {}).get("sessions", []) for r in info.itertuples()]
+    facts["commit"] = [run_commit(r, settings, out) for r in runs]
+    return facts
 
 
-def table_markdown(table: pd.DataFrame, runs: pd.DataFrame, total: int) -> list[str]:
-    """The last-100 table: one row per (side, seed), a column per fraction of the budget, and
-    per side the mean and std over seeds; a run not finished is marked (partial)."""
-    heads = [f"{f:.0%} ({int(f * total):,})" for f in FRACTIONS]
-    lines = ["| side | seed | " + " | ".join(heads) + " |", "|---|---|" + "---|" * len(heads)]
-    for side in SIDES:
-        part = table[table["side"] == side]
-        for run in runs[runs["side"] == side].itertuples():
-            cells = [num(part[(part["seed"] == run.seed) & (part["fraction"] == f)]["value"]
-                         .iloc[0]) for f in FRACTIONS]
-            mark = "" if run.finished else " (partial)"
-            lines.append(f"| {side} | {run.seed}{mark} | " + " | ".join(cells) + " |")
-        stats = []
-        for f in FRACTIONS:
-            v = part[part["fraction"] == f]["value"].dropna()
-            stats.append(f"{v.mean():.2f} +- {v.std(ddof=1):.2f}" if len(v) >= 2 else
-                         num(v.mean() if len(v) else math.nan))
-        if len(part):
-            lines.append(f"| **{side}** | mean +- std | " + " | ".join(stats) + " |")
-    return lines
+def run_commit(run: Mapping, settings: Mapping, out: str) -> str | None:
+    """The commit a run ran: the study's mark of the finished run records it; else distppo's
+    config.json its own, and for CleanRL study.json its checkout's (None: not recorded)."""
+    done = os.path.join(out, "logs", f"{run['side']}-seed{run['seed']}.done.json")
+    commit = json.load(open(done, encoding="utf-8")).get("commit") \
+        if os.path.exists(done) else None
+    if commit or run["side"] == "cleanrl":
+        return commit or settings.get("cleanrl_commit")
+    path = os.path.join(run["path"], "config.json")
+    return json.load(open(path, encoding="utf-8")).get("git_commit") \
+        if os.path.exists(path) else None
 
 
-def tests_markdown(tests: pd.DataFrame) -> list[str]:
-    lines = ["| quantity | cleanrl mean | distppo mean | values (cleanrl, distppo) | p | "
-             "differs |", "|---|---|---|---|---|---|"]
-    for t in tests.itertuples():
-        differs = {True: "**yes**", False: "no", None: "-"}[t.differs]
-        lines.append(f"| {t.quantity} | {num(t.mean_cleanrl, '{:.4g}')} | "
-                     f"{num(t.mean_distppo, '{:.4g}')} | {t.n_cleanrl}, {t.n_distppo} | "
-                     f"{num(t.p, '{:.4f}')} | {differs} |")
-    return lines
-
-
-RULE = """\
-Fixed in launch/parity_report.py before any run:
-- **End**: each finished seed's return is the mean of its last 100 games. The two sides' seed
-  means must differ by less than the larger of the two sides' seed standard deviations
-  (ddof 1). With 3 seeds a side a permutation test over seeds has 20 splits and cannot reach
-  p < 0.05, so the margin is stated in advance instead.
-- **Early diagnostics**: over iterations 1-100 of every seed, approx_kl, clipfrac, entropy,
-  value loss, policy loss and explained variance are compared between the sides with a
-  two-sided permutation test on the difference of means (10,000 permutations, seed 0); a
-  quantity differs at p < 0.05 / 6 (Bonferroni). A seed's iterations are correlated, so the
-  test is quick, if anything, to call a difference.
-- **Equivalent** when the end margin holds and no quantity differs; **not equivalent** when
-  either fails; **undecided** with fewer than 2 finished seeds on a side or no diagnostics.
-- **A study stopped early** (`--stop-at-iteration N`) judges the diagnostics of iterations
-  1-N alone, by seed: each run that holds all N iterations gives one value per quantity, its
-  mean over them, and the sides' values go through the same permutation test (exact over
-  every split when there are at most 10,000) and threshold. By seed, a seed's correlated
-  iterations count once. A quantity is undecided while no split of the seeds could reach the
-  threshold: below 5 seeds a side (5 against 5: 252 splits, smallest p 2/252)."""
-
-
-def read_runs(runs: list[dict]) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
-    """returns, diagnostics and one row per run (side, seed, last_step, finished, games) of
-    the runs given as dicts with side, seed, path, finished."""
-    rets, diags, info = [empty_returns()], [empty_diagnostics()], []
+def study_versions(runs: list[dict]) -> dict:
+    """The library versions distppo's first run recorded (the study runs both sides with one
+    interpreter, so CleanRL's script ran on the same)."""
     for run in runs:
-        reader = read_cleanrl if run["side"] == "cleanrl" else read_distppo
-        r, d = reader(run["path"], run["seed"])
-        rets.append(r)
-        diags.append(d)
-        info.append({"side": run["side"], "seed": run["seed"], "finished": run["finished"],
-                     "last_step": int(d["global_step"].max()) if len(d) else 0, "games": len(r)})
-    returns = pd.concat([x for x in rets if len(x)] or rets, ignore_index=True)
-    diagnostics = pd.concat([x for x in diags if len(x)] or diags, ignore_index=True)
-    return (returns, diagnostics,
-            pd.DataFrame(info, columns=["side", "seed", "finished", "last_step", "games"]))
+        path = os.path.join(run["path"], "config.json")
+        if run["side"] == "distppo" and os.path.exists(path):
+            return json.load(open(path, encoding="utf-8")).get("versions", {})
+    return {}
 
 
 def write_report(out: str, settings: Mapping, runs: list[dict]) -> str:
     """Every output of the study folder from the runs' files as they are now; the verdict."""
-    returns, diagnostics, info = read_runs(runs)
+    copy = files.Copy(out)
+    returns, diagnostics, info = read_runs(runs, copy)
+    copy.write()
     total = int(settings["total_timesteps"])
     stop = settings.get("stop_at_iteration")
     horizon = stop * BATCH if stop else total  # the steps every run is judged on
@@ -371,96 +278,101 @@ def write_report(out: str, settings: Mapping, runs: list[dict]) -> str:
                      & table.set_index(["side", "seed"]).index.isin(
                          finished.set_index(["side", "seed"]).index)]
     end = end_check({s: end_rows.loc[end_rows["side"] == s, "value"] for s in SIDES})
-    tests = diagnostics_tests(diagnostics, stop or EARLY_ITERATIONS)
-    seeds = diagnostics_tests(diagnostics, stop, by_seed=True) if stop else None
-    result = verdict(None, seeds) if stop else verdict(end, tests)
-    plot_curves(binned_curves(returns), f"{settings['env_id']}: CleanRL's script vs distppo, "
-                f"{horizon:,} steps each" + (f" (of a {total:,}-step schedule)" if stop else ""),
-                os.path.join(out, "learning_curves.png"))
-    text = readme(settings, info, table_markdown(table, info, horizon), end, tests, result,
-                  seeds)
+    early = stop or EARLY_ITERATIONS
+    tests = diagnostics_tests(diagnostics, early)
+    seeds = diagnostics_tests(diagnostics, early, by_seed=True)
+    margin = (settings.get("rule") or {}).get("margin")
+    intervals = seed_intervals(diagnostics, early, margin)
+    equivalence = None if margin is None else end_equivalence(intervals, end_rows, margin, stop)
+    result = verdict(None, seeds, equivalence) if stop else verdict(end, tests, equivalence)
+    bins = bin_steps(stop)
+    plot_curves(binned_curves(returns, bins, horizon),
+                f"{settings['env_id']}: CleanRL's script vs distppo, {horizon:,} steps each"
+                + (f"\n(the first of a {total:,}-step schedule)" if stop else ""),
+                os.path.join(out, "learning_curves.png"), bins)
+    facts = run_facts(info, returns, diagnostics, runs, copy.sessions, settings, out)
+    found = {"info": facts, "table": table_markdown(table, facts, horizon), "end": end,
+             "tests": tests, "seeds": seeds, "intervals": intervals, "result": result,
+             "equivalence": equivalence,
+             "versions": study_versions(runs),
+             "end_rates": None if stop else end_rule_rates(end)}
+    text = readme(settings, found)
     with open(os.path.join(out, "README.md"), "w", encoding="utf-8") as f:
         f.write(text)
     return result
 
 
-def sides_asked(settings: Mapping) -> list[str]:
-    """The sides a study was asked for; a folder from before `sides` was stored: both."""
-    return list(settings.get("sides", SIDES))
-
-
-def runs_status(settings: Mapping, info: pd.DataFrame) -> str:
-    """How many of the runs the study was asked for (its seeds x sides) are finished."""
-    wanted = len(settings["seeds"]) * len(sides_asked(settings))
-    done, started = int(info["finished"].sum()), len(info)
-    if started and done == started >= wanted:
-        return "all runs finished"
-    return (f"**partial**: {done} of {wanted} runs finished, {started - done} not finished "
-            f"(marked (partial)), {max(wanted - started, 0)} not started; rerun the study's "
-            "command to continue")
-
-
-def readme(settings: Mapping, info: pd.DataFrame, table: list[str], end: dict,
-           tests: pd.DataFrame, result: str, seeds: pd.DataFrame | None = None) -> str:
-    s, total = settings, int(settings["total_timesteps"])
-    stop = s.get("stop_at_iteration")
-    early = stop or EARLY_ITERATIONS
-    status = runs_status(settings, info)
-    runs = ["| side | seed | last step | games | finished |", "|---|---|---|---|---|"]
-    runs += [f"| {r.side} | {r.seed} | {r.last_step:,} | {r.games} | "
-             f"{'yes' if r.finished else 'no'} |" for r in info.itertuples()]
+def end_equivalence(intervals: pd.DataFrame, end_rows: pd.DataFrame, margin: float,
+                    stop: int | None) -> pd.DataFrame:
+    """Every equivalence test the verdict needs: the diagnostics' by seed, and for a study
+    run to the end its end returns' (finished seeds' last 100 games) against the margin."""
+    tests = intervals[["quantity", "tost_p", "equivalent"]]
     if stop:
-        margin = (f"not judged: every run stopped at iteration {stop} "
-                  f"({stop * BATCH:,} steps), a study of the early phase")
-    elif end["holds"] is None:
-        margin = (f"undecided: the end needs >= 2 finished seeds a side (cleanrl "
-                  f"{end['n_cleanrl']}, distppo {end['n_distppo']})")
-    else:
-        margin = (f"|{end['mean_cleanrl']:.2f} - {end['mean_distppo']:.2f}| = {end['diff']:.2f}"
-                  f" vs margin max({end['std_cleanrl']:.2f}, {end['std_distppo']:.2f}) = "
-                  f"{end['margin']:.2f}: {'holds' if end['holds'] else '**fails**'}")
-    return "\n".join([
-        f"# Parity study: CleanRL's `{s['cleanrl_script']}` vs `distppo train`, "
-        f"{s['env_id']}", "",
-        f"**Verdict: {result}**"
-        + (f" on the diagnostics of iterations 1-{stop}, by seed" if stop else "")
-        + f" ({status}).", "",
-        f"Seeds {', '.join(map(str, s['seeds']))}; {total:,} agent steps per run on each side, "
-        f"the learning rate annealed to 0 over those {total:,} steps on both sides (not the "
-        "first part of a longer run)"
-        + (f"; every run stopped once its files held iteration {stop}" if stop else "")
-        + ". Both sides on the same machine, "
-        f"{s['parallel']} run(s) at a time, each pinned to its own cores with torch threads = "
-        "those cores (CleanRL's script: OMP_NUM_THREADS; distppo: --num-threads).", "",
-        "Command:", "", "```", s["command"], "```", "",
-        "distppo ran: `" + " ".join(s["distppo_args"]) + "`; CleanRL's script ran unmodified "
-        "through the shims of launch/cleanrl_side_by_side.py with `--env-id "
-        f"{s['env_id']} --seed <seed> --total-timesteps {total}` and its other defaults.", "",
-        "## Verdict rule", "", RULE, "",
-        "## End: last 100 games", "", margin, "",
-        "Each run's mean return of its last 100 games that ended by 25/50/75/100% of the "
-        + (f"{stop * BATCH:,} steps run:" if stop else "budget:"), "", *table, "",
-        *([f"## Diagnostics of iterations 1-{early}, by seed (judged)", "",
-           "Each run's mean over the iterations is one value:", "",
-           *tests_markdown(seeds), ""] if seeds is not None else []),
-        f"## Diagnostics of iterations 1-{early}"
-        + (", every iteration one value (not judged)" if stop else ""), "",
-        *tests_markdown(tests), "",
-        "## Runs", "", *runs, "",
-        "## Files", "",
-        "- `returns.parquet`: one row per finished game: side, seed, global_step, "
-        "episodic_return (the full-game score).",
-        "- `diagnostics.parquet`: one row per iteration and run: side, seed, iteration, "
-        f"global_step, {', '.join(QUANTITIES)}.",
-        *([f"- Both end at iteration {stop} ({stop * BATCH:,} steps): what a run ran past its "
-           "stop before the study's SIGTERM reached it is left out."] if stop else []),
-        f"- `learning_curves.png`: mean and min-max over seeds of the return, "
-        f"{BIN_STEPS:,}-step bins.",
-        "- `runs/`: each run's own files (CleanRL's TensorBoard events, distppo's run "
-        "folder); `logs/`: their output.", "",
-        "## What the two sides' files count differently", "",
-        "- CleanRL logs a game at a done with `lives == 0` and the step it happened; distppo "
-        "logs each game over (a time-limit cut included) at the global_step of the iteration "
-        "it ended in (up to 1,023 steps later).",
-        f"- Time limit: CleanRL's script gets EnvPool's default ({s['episode_limit']:,} agent "
-        "steps with this EnvPool); distppo was given the same with --max-episode-steps.", ""])
+        return tests
+    a, b = (end_rows.loc[end_rows["side"] == s, "value"].dropna().to_numpy(dtype=float)
+            for s in SIDES)
+    row = {"quantity": "end return", "tost_p": math.nan, "equivalent": None}
+    if a.size >= 2 and b.size >= 2 and a.mean() != 0:
+        row["tost_p"] = stats.tost_p(a, b, margin * abs(a.mean()))
+        row["equivalent"] = bool(row["tost_p"] < ALPHA)
+    return pd.concat([tests, pd.DataFrame([row])], ignore_index=True)
+
+
+# --- the rule, fixed at a study's start -----------------------------------------------------------
+
+JUDGING = (end_check, diagnostics_tests, seed_values, seed_intervals, can_differ, verdict,
+           stats.permutation_diffs, stats.share_at_least, stats.permutation_p,
+           stats.one_sided_p, stats.shift_interval, stats.tost_p)
+
+
+def rule_digest(margin: float | None) -> str:
+    """A digest of the rule as this code states and computes it (RULE, the judging functions'
+    source, the margin): a study stores it at its start and refuses another."""
+    text = "\n".join([RULE, *(inspect.getsource(f) for f in JUDGING), f"margin {margin!r}"])
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def rule_record(margin: float | None, commit: str | None) -> dict:
+    """study.json's `rule`, written before the first run starts."""
+    return {"fixed_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "source": f"launch/parity_report.py at {commit or 'an unknown commit'}",
+            "margin": margin, "sha256": rule_digest(margin), "amended": []}
+
+
+def study_commits(cleanrl_dir: str | None) -> dict:
+    """The commits this start runs: distppo's (`<sha>-dirty` with uncommitted changes, as its
+    config.json records it) and the CleanRL checkout's (None without one)."""
+    from distppo.telemetry.provenance import git_commit
+    cleanrl = None
+    if cleanrl_dir:
+        done = subprocess.run(["git", "-C", cleanrl_dir, "rev-parse", "HEAD"],
+                              capture_output=True, text=True, timeout=30)
+        cleanrl = done.stdout.strip() if done.returncode == 0 else None
+    return {"distppo_commit": git_commit(), "cleanrl_commit": cleanrl}
+
+
+def rule_problem(settings: Mapping, out: str) -> str | None:
+    """One line when the study's stored rule is not this code's (None: the same, or a study
+    whose rule was recorded by hand, without a digest)."""
+    rule = settings.get("rule") or {}
+    if "sha256" not in rule or rule["sha256"] == rule_digest(rule.get("margin")):
+        return None
+    return (f"error: {out} fixed its verdict rule at {rule['fixed_at']} ({rule['source']}) and "
+            "this launch/parity_report.py states or computes it differently: continue or "
+            "report the study with that commit, or start another --out")
+
+
+def bin_steps(stop: int | None) -> int:
+    """The curves' bin: BIN_STEPS, or for a study stopped at iteration `stop` a tenth of its
+    steps in whole iterations, so that the last bin ends at the stop (no point past it)."""
+    return BATCH * max(1, stop // 10) if stop else BIN_STEPS
+
+
+def end_rule_rates(end: dict) -> dict | None:
+    """How often the end rule fails for identical sides and passes for sides one seed std
+    apart, with this study's seeds a side (None: not judged or too few seeds)."""
+    n = min(end["n_cleanrl"], end["n_distppo"])
+    if end["holds"] is None or n < 2:
+        return None
+    return {"seeds": n, "fails_identical": 1 - stats.end_rule_rates(n, 0.0),
+            "passes_one_std": stats.end_rule_rates(n, 1.0)}

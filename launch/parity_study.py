@@ -12,8 +12,10 @@ pinned to its own share of this process's cores and given torch threads = that s
 distppo gets `--backend envpool` and EnvPool's default time limit for the id, which is what
 CleanRL's script gets from today's EnvPool (distppo's own default is EnvPool 0.6.6's).
 
-OUT gets returns.parquet, diagnostics.parquet, learning_curves.png and a README.md with the
-last-100-games table and the verdict (its rule: launch/parity_report.py), rebuilt after the
+OUT gets returns.parquet, diagnostics.parquet, learning_curves.png, scalars.parquet and
+sessions.json (the runs' event files in Parquet: git keeps those, not the event files) and a
+README.md with the last-100-games table and the verdict (its rule: launch/parity_report.py,
+fixed in study.json at the first start), rebuilt after the
 runs, or from whatever exists with --report-only. With --stop-at-iteration N every run stops
 once its files hold iteration N (the learning rate still annealed over the whole budget): a
 cheaper study of the early diagnostics, judged by seed, for more seeds a side.
@@ -44,10 +46,11 @@ import parity_report as report  # noqa: E402
 
 SCRIPT = os.path.join("cleanrl", "ppo_atari_envpool.py")
 # what a study folder committed to git leaves out: distppo's checkpoints (tens of MB a run,
-# needed only to resume) and the lock files
-IGNORED = "runs/*/checkpoints/\n.study.lock\n.distppo.lock\n"
+# needed only to resume), the lock files, and the runs' TensorBoard event files (megabytes a
+# run; the report copies every scalar in them to the folder's scalars.parquet)
+IGNORED = "runs/*/checkpoints/\n.study.lock\n.distppo.lock\nruns/**/events.out.tfevents.*\n"
 # a study's identity, fixed at its start
-SAME = ("env_id", "total_timesteps", "distppo_flags", "stop_at_iteration")
+SAME = ("env_id", "total_timesteps", "distppo_flags", "stop_at_iteration", "equivalence_margin")
 POLL_S = 3  # seconds between reads of a run's files, for a study stopped early
 STOP_GRACE_S = 120  # a stopped run that has not ended by then is killed
 
@@ -125,10 +128,12 @@ def finished(s: dict, side: str, seed: int, out: str) -> bool:
     return len(last) > 0 and bool(last[losses].notna().all(axis=None))
 
 
-def mark_done(out: str, side: str, seed: int, wall: float | None, cores: list[int]) -> None:
-    """The run's mark of finished (wall None: its time is not known)."""
+def mark_done(out: str, side: str, seed: int, wall: float | None, cores: list[int],
+              commit: str | None = None) -> None:
+    """The run's mark of finished (wall None: its time is not known) and the commit of the
+    program it ran (distppo's, or the CleanRL checkout's)."""
     with open(log_path(out, side, seed, ".done.json"), "w") as f:
-        json.dump({"wall_s": wall, "cores": cores}, f)
+        json.dump({"wall_s": wall, "cores": cores, "commit": commit}, f)
 
 
 class Job:
@@ -207,7 +212,7 @@ def run_all(s: dict, out: str, sides: list[str], parallel: int) -> list[str]:
                 side, seed = pending.pop(0)
                 if s.get("stop_at_iteration") and finished(s, side, seed, out):
                     # stopped in the moment between its last iteration and its mark
-                    mark_done(out, side, seed, None, [])
+                    mark_done(out, side, seed, None, [], s.get(f"{side}_commit"))
                     say(f"{side} seed {seed}: its files hold the study's iterations, kept")
                     continue
                 job = running[i] = Job(s, side, seed, out, slots[i])
@@ -222,7 +227,8 @@ def run_all(s: dict, out: str, sides: list[str], parallel: int) -> list[str]:
                 rc, wall = job.proc.returncode, time.time() - job.t0
                 if (rc == 0 or job.stopped is not None) and finished(s, job.side, job.seed,
                                                                      out):
-                    mark_done(out, job.side, job.seed, wall, job.cores)
+                    mark_done(out, job.side, job.seed, wall, job.cores,
+                              s.get(f"{job.side}_commit"))
                     say(f"{job.side} seed {job.seed}: finished in {wall / 60:.1f} min")
                 else:
                     failed.append(f"{job.side} seed {job.seed}")
@@ -238,6 +244,8 @@ def settings_of(a: argparse.Namespace, out: str) -> dict:
     """The study's settings: stored at its start, checked on every later start."""
     path = os.path.join(out, "study.json")
     stored = json.load(open(path, encoding="utf-8")) if os.path.exists(path) else None
+    if stored is not None and report.rule_problem(stored, out):
+        sys.exit(report.rule_problem(stored, out))
     if a.report_only:
         if stored is None:
             sys.exit(f"error: {path} not found: --report-only needs a study folder")
@@ -246,13 +254,17 @@ def settings_of(a: argparse.Namespace, out: str) -> dict:
          "distppo_flags": a.distppo_flags, "stop_at_iteration": a.stop_at_iteration,
          "seeds": a.seeds,
          "cleanrl_dir": a.cleanrl_dir and os.path.abspath(a.cleanrl_dir), "cleanrl_script": SCRIPT,
-         "parallel": a.parallel, "command": shlex.join(["python", *sys.argv])}
+         "parallel": a.parallel, "command": shlex.join(["python", *sys.argv]),
+         "equivalence_margin": a.equivalence_margin, **report.study_commits(a.cleanrl_dir)}
     if stored:
         for k in SAME:
             if stored.get(k) != s[k]:
                 sys.exit(f"error: {out} holds a study with {k} = {shown(stored.get(k))}, not "
                          f"{shown(s[k])}: give the same value to continue it, or another --out")
         s["seeds"] = stored["seeds"] + [x for x in a.seeds if x not in stored["seeds"]]
+    # the rule as fixed before the first run: kept, never rewritten by a later start
+    s["rule"] = stored.get("rule") if stored else report.rule_record(
+        a.equivalence_margin, s["distppo_commit"])
     # every side any start asked for: a later `--sides distppo` does not make the other done
     earlier = report.sides_asked(stored) if stored else []
     s["sides"] = [x for x in report.SIDES if x in a.sides or x in earlier]
@@ -288,6 +300,9 @@ def check_inputs(a: argparse.Namespace, sides: list[str]) -> None:
                  f"{a.stop_at_iteration}")
     if a.parallel < 1:
         sys.exit(f"error: --parallel must be >= 1, got {a.parallel}")
+    if a.equivalence_margin is not None and not 0 < a.equivalence_margin < 1:
+        sys.exit("error: --equivalence-margin is a fraction of CleanRL's mean, above 0 and "
+                 f"below 1 (e.g. 0.1), got {a.equivalence_margin}")
     if len(set(a.seeds)) != len(a.seeds) or min(a.seeds) < 0:
         sys.exit(f"error: --seeds must be distinct numbers >= 0, got {a.seeds}")
     if "cleanrl" not in sides:
@@ -295,6 +310,9 @@ def check_inputs(a: argparse.Namespace, sides: list[str]) -> None:
     if not a.cleanrl_dir or not os.path.isfile(os.path.join(a.cleanrl_dir, SCRIPT)):
         sys.exit(f"error: --cleanrl-dir {a.cleanrl_dir}: no {SCRIPT} there; give a CleanRL "
                  "checkout (git clone https://github.com/vwxyzjn/cleanrl), or --sides distppo")
+    if report.study_commits(a.cleanrl_dir)["cleanrl_commit"] is None:
+        sys.exit(f"error: --cleanrl-dir {a.cleanrl_dir} is not a git checkout: the study "
+                 "records the CleanRL commit of every run; give a git clone of CleanRL")
     for name in ("gym", "tyro"):
         if importlib.util.find_spec(name) is None:
             sys.exit(f"error: CleanRL's script needs {name}: pip install gym==0.26.2 tyro "
@@ -319,11 +337,12 @@ def lock(out: str):
 
 
 def report_runs(s: dict, out: str) -> list[dict]:
-    """The runs that have a folder, in seed order, each marked finished or not."""
+    """The runs that have a folder or are in the study folder's copy of the event files, in
+    seed order, each marked finished or not."""
     return [{"side": side, "seed": seed, "path": run_path(out, side, seed),
              "finished": is_done(out, side, seed)}
             for seed in s["seeds"] for side in report.SIDES
-            if os.path.isdir(run_path(out, side, seed))]
+            if os.path.isdir(run_path(out, side, seed)) or report.files.archived(out, side, seed)]
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
@@ -345,6 +364,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
                     help="stop every run once its files hold iteration N, the learning rate "
                     "still annealed over --total-timesteps: a study of the early diagnostics, "
                     "judged by seed (default: run the whole budget)")
+    ap.add_argument("--equivalence-margin", type=float, default=None, metavar="F",
+                    help="say 'equivalent' only where the equivalence tests put every quantity "
+                    "within F x |CleanRL's mean| (e.g. 0.1); fixed with the rule at the start")
     ap.add_argument("--report-only", action="store_true",
                     help="rebuild the outputs from the runs' files as they are; start nothing")
     return ap.parse_args(argv)

@@ -5,11 +5,13 @@ The end-to-end study runs CleanRL's own script when DISTPPO_CLEANRL_DIR names a 
 checkout and gym + tyro (CleanRL's imports, not distppo's) are installed; otherwise distppo's
 side alone, and the CleanRL checks are skipped with the reason. Nothing is installed here.
 """
+import glob
 import importlib.util
 import json
 import math
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -220,18 +222,28 @@ def test_a_study_from_before_the_stop_flag_continues(tmp_path):
 
 def test_verdict_rule():
     tests = pd.DataFrame({"differs": [False] * 6})
-    assert pr.verdict({"holds": True}, tests) == "equivalent"
-    assert pr.verdict({"holds": False}, tests) == "not equivalent"
+    # the rule's tests not separating the sides is "no difference found", never "equivalent"
+    assert pr.verdict({"holds": True}, tests) == "no difference found"
+    assert pr.verdict({"holds": False}, tests) == "difference found"
     assert pr.verdict({"holds": None}, tests) == "undecided"
     one = pd.DataFrame({"differs": [False] * 5 + [True]})
-    assert pr.verdict({"holds": True}, one) == "not equivalent"
-    assert pr.verdict({"holds": None}, one) == "not equivalent"
+    assert pr.verdict({"holds": True}, one) == "difference found"
+    assert pr.verdict({"holds": None}, one) == "difference found"
     missing = pd.DataFrame({"differs": [False] * 5 + [None]})
     assert pr.verdict({"holds": True}, missing) == "undecided"
     # a study stopped early: its diagnostics alone
-    assert pr.verdict(None, tests) == "equivalent"
-    assert pr.verdict(None, one) == "not equivalent"
+    assert pr.verdict(None, tests) == "no difference found"
+    assert pr.verdict(None, one) == "difference found"
     assert pr.verdict(None, missing) == "undecided"
+    # "equivalent" only with every equivalence test against the stated margin holding
+    held = pd.DataFrame({"equivalent": [True] * 6})
+    assert pr.verdict(None, tests, held) == "equivalent"
+    assert pr.verdict({"holds": True}, tests, held) == "equivalent"
+    assert pr.verdict(None, one, held) == "difference found"
+    short = pd.DataFrame({"equivalent": [True] * 5 + [False]})
+    assert pr.verdict(None, tests, short) == "no difference found"
+    assert pr.verdict(None, tests, pd.DataFrame({"equivalent": [True] * 5 + [None]})) == \
+        "no difference found"
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -310,6 +322,40 @@ def test_study_stops_continues_and_keeps(study):
     readme = (out / "README.md").read_text()
     assert "**Verdict: undecided**" in readme and "all runs finished" in readme
     assert (out / "learning_curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1800)  # the study's runs, on a loaded 2-core machine
+def test_study_rebuilds_without_its_event_files(study, tmp_path):
+    """The report's copy of the event files (scalars.parquet, sessions.json) stands in for
+    them: with every event file gone the study rebuilds the same numbers and README."""
+    out = tmp_path / "copy"
+    shutil.copytree(study["out"], out)
+    kept = {f: (out / f).read_bytes() for f in ("README.md", "returns.parquet",
+                                                 "diagnostics.parquet", "scalars.parquet")}
+    events = glob.glob(str(out / "runs" / "**" / "events.out.tfevents.*"), recursive=True)
+    assert events and all(".gitignore" not in e for e in events)
+    assert "runs/**/events.out.tfevents.*" in (out / ".gitignore").read_text()
+    for path in events:
+        os.remove(path)
+    rebuilt = subprocess.run([sys.executable, os.path.join(REPO, "launch", "parity_study.py"),
+                              "--out", str(out), "--report-only"], capture_output=True,
+                             text=True, cwd=REPO, timeout=300)
+    assert rebuilt.returncode == 0, rebuilt.stdout[-3000:] + rebuilt.stderr
+    assert {f: (out / f).read_bytes() for f in kept} == kept
+    # the stopped distppo run: two processes, the second continuing after the checkpoint the
+    # first one reached (its first point is the iteration after it)
+    processes = json.loads((out / "sessions.json").read_text())["distppo-seed1"]["sessions"]
+    assert len(processes) == 2 and processes[1]["first_step"] % pr.BATCH == 0
+    resumed_from = processes[1]["first_step"] // pr.BATCH - 1
+    assert 0 <= resumed_from < 3
+    assert re.search(r"\| distppo \| 1 \| 3,072 \| \d+ \| 3,072 \| 2: resumed from iteration "
+                     rf"{resumed_from} \| [0-9a-f]{{10}}", kept["README.md"].decode())
+    study_json = json.loads((out / "study.json").read_text())
+    assert study_json["rule"]["sha256"] == pr.rule_digest(None)
+    assert study_json["distppo_commit"] and json.loads(
+        (out / "logs" / "distppo-seed1.done.json").read_text())["commit"] == \
+        study_json["distppo_commit"]
 
 
 @pytest.mark.slow

@@ -96,3 +96,21 @@ def test_install_puts_only_what_this_python_lacks_into_the_target(tmp_path):
                             "--install", str(tmp_path / "none")],
                            capture_output=True, text=True, timeout=60)
     assert empty.returncode != 0 and "no wheels under" in empty.stderr
+
+
+def test_tracked_tree_fits_beside_a_bundle_part():
+    """A device call carries the working tree and .gpu-bundle/part1 in CARRIED_MIB: the tracked
+    files must leave a whole part's room (the part itself where one is built here)."""
+    listed = subprocess.run(["git", "ls-files", "-z"], cwd=REPO, capture_output=True,
+                            timeout=60)
+    if listed.returncode != 0:
+        pytest.skip("not a git checkout: no tracked tree to measure")
+    paths = [os.path.join(REPO, f) for f in listed.stdout.decode().split("\0") if f]
+    tree = sum(os.path.getsize(p) for p in paths if os.path.isfile(p))
+    built = Path(REPO) / ".gpu-bundle" / "part1"
+    part = (sum(f.stat().st_size for f in built.iterdir()) if built.is_dir()
+            else gpu_bundle.PART_MIB * 2**20)
+    print(f"tracked tree {tree:,} bytes ({tree / 2**20:.1f} MiB) + bundle part "
+          f"{part / 2**20:.1f} MiB = {(tree + part) / 2**20:.1f} of "
+          f"{gpu_bundle.CARRIED_MIB} MiB")
+    assert tree + part <= gpu_bundle.CARRIED_MIB * 2**20
