@@ -152,8 +152,8 @@ class Loop:
         self.tracker = EpisodeTracker()
         self.reference = ReferenceReturns(cfg.env.num_envs)
         self.iteration, self.global_step, elapsed_before = 0, 0, 0.0
-        # Each fault counter of the run before this process: the fault log, or for a run from
-        # before it, the rows a crashed attempt wrote past its checkpoint. This process's
+        # Each fault counter of the run before this process: the fault log, or for a run folder
+        # without one, the rows a crashed attempt wrote past its checkpoint. This process's
         # faults are counted (and logged) by `counter`, from the backend and from recover().
         self.counter = counter
         self.before = {k: max(logged[k], self._so_far(k, state)) for k in COUNTERS}
@@ -239,8 +239,8 @@ class Loop:
         """Count the steps and games, write the row, checkpoint when due, then the rest.
 
         The row is on disk before its checkpoint: a kill between the two then only means a
-        resume from the previous checkpoint, which writes the row again. (Checkpoint first
-        lost the row for good: the resume started after it.)
+        resume from the previous checkpoint, which writes the row again. (With the checkpoint
+        first, such a kill would lose the row for good: the resume starts after it.)
         """
         cfg, iteration = self.cfg, self.iteration
         self.global_step += sum(m.num_steps * m.num_envs for m in metas)

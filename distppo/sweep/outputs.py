@@ -110,8 +110,8 @@ class TrialFiles:
 
 
 def _null_if_nan(value) -> Optional[float]:
-    """A missing value as a Parquet null, whether the run's file wrote it as NaN (distppo
-    before 0.2) or as null."""
+    """A missing value as a Parquet null, whether the run's file holds it as null or as NaN:
+    run files on disk hold either."""
     return None if value is None or math.isnan(value) else float(value)
 
 

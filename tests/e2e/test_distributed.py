@@ -420,7 +420,8 @@ def _reapers_of(pid):
 @pytest.mark.slow
 def test_killed_driver_and_its_resume_leave_no_process(tmp_path):
     """SIGKILL of `distppo train` on its own local Ray: nothing of it may keep running (Ray's
-    dashboard and runtime-env agents used to live on for about 100 s), nor after --resume.
+    dashboard and runtime-env agents poll their dead parent and live on without
+    distributed/reaper.py), nor after --resume.
     Before the kill: its runner and learner processes carry GOMP_SPINCOUNT, which they inherit
     from the driver (it sets it before torch loads)."""
     # its own local Ray; GOMP_SPINCOUNT only from --omp-spincount
