@@ -8,7 +8,7 @@ import shutil
 import subprocess
 import sys
 
-from conftest import REPO, run_cli
+from helpers import REPO, run_cli
 
 
 def test_ruff_is_clean():
@@ -37,6 +37,25 @@ def test_functions_are_at_most_60_lines():
                         too_long.append(f"{os.path.relpath(path, REPO)}:{node.lineno} "
                                         f"{node.name}: {lines} lines")
     assert not too_long, "split these functions:\n" + "\n".join(too_long)
+
+
+def test_test_modules_share_helpers_only_through_helpers():
+    """A test module imports no other test module and not conftest.py (pytest's hooks and
+    fixtures): what tests share is in tests/helpers.py, so a change to one test file never
+    moves another."""
+    shared = []
+    for folder, _, files in sorted(os.walk(os.path.join(REPO, "tests"))):
+        for name in sorted(f for f in files if f.endswith(".py")):
+            path = os.path.join(folder, name)
+            with open(path) as f:
+                tree = ast.parse(f.read())
+            for node in ast.walk(tree):
+                names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                         [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+                shared += [f"{os.path.relpath(path, REPO)}:{node.lineno} imports {n}"
+                           for n in names if n.split(".")[0].startswith("test_")
+                           or (n == "conftest" and name != "conftest.py")]
+    assert not shared, "move what they share into tests/helpers.py:\n" + "\n".join(shared)
 
 
 def test_version_names_package_and_commit():

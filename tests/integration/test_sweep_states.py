@@ -18,7 +18,7 @@ from distppo.sweep.outputs import trial_files, write_trials
 from distppo.sweep.status import read_status, split_uri
 from distppo.sweep.storage import SweepStorage
 
-from conftest import REPO
+from helpers import REPO
 
 SWEEP = Path(REPO) / "tests" / "data" / "sweep-states"
 # trial id: (state, restarts after a crash), from the README's account of the faults
