@@ -50,16 +50,18 @@ FLUSH_EVERY_S = 60.0  # metrics.parquet of a live run is at most this far behind
 
 def train(cfg: TrainConfig, backend_factory: BackendFactory, resume: Optional[str] = None,
           progress: bool = True, on_iteration: Optional[OnIteration] = None,
-          given: Optional[dict] = None, fault_log: Optional[FaultLog] = None) -> RunPaths:
+          given: Optional[dict] = None, fault_log: Optional[FaultLog] = None,
+          stored: Optional[tuple[TrainConfig, str]] = None) -> RunPaths:
     """Run (or resume) one training run; returns where its files are.
 
     `on_iteration(row, checkpoint_path or None)` is called after each iteration's row is
     written (the sweep trial reports to Tune from there). `given`: the flags given with
     --resume (config.RESUME_SAFE says which may differ from the stored config). `fault_log`:
     where counted faults are recorded (default: the run folder's; a sweep trial keeps its own
-    outside the run copies it rolls back to).
+    outside the run copies it rolls back to). `stored`: the resumed run's config.json as the
+    caller read it (prepare_run).
     """
-    run = prepare_run(cfg, resume, given)
+    run = prepare_run(cfg, resume, given, stored)
     lock = claim(run)
     loop = None
     try:
