@@ -71,7 +71,7 @@ def summary_line(name: str, sweep: SweepConfig, trials: list,
         result = (t.last_result if t else None) or {}
         # While the sweep runs, Tune says TERMINATED only of a trial whose run returned: done
         status = (statuses or {}).get(tid) or trial_state(
-            t and t.status, t is not None and t.status == "TERMINATED",
+            t.status if t else None, t is not None and t.status == "TERMINATED",
             int(result.get("iteration", 0)), sweep.train.num_iterations, alive=True)
         counts[status] += 1
         if status in ("done", "failed"):
