@@ -47,8 +47,8 @@ print(f"GPU: {p.name}, {p.total_memory / 2**30:.0f} GiB, torch {torch.__version_
 PY
 echo "CPU cores: $(nproc); backend: $BACKEND; steps per run: $STEPS; repeats: $REPEATS"
 
-# The gpu-marked tests first (the captured policy step against the eager one): the GPU-only
-# paths stay opt-in until these have passed on a real GPU. --noconftest: the suite's conftest
+# The gpu-marked tests first (the captured policy step against the eager one): the CPU suite
+# cannot run the GPU-only paths, so only a real GPU checks them. --noconftest: the suite's conftest
 # needs the test extra, which a bare GPU machine lacks; these tests need only torch and numpy.
 if "$PYTHON" -c "import pytest" 2>/dev/null; then
   timeout -k 10 300 "$PYTHON" -m pytest -q -p no:cacheprovider --noconftest -o addopts="" \

@@ -32,10 +32,11 @@ def _train(args: argparse.Namespace) -> int:
     from distppo.errors import UserError
     from distppo.telemetry.runinfo import read_config_json
     given = given_flags(args)
-    base = TrainConfig()
+    base, stored = TrainConfig(), None
     if args.resume:
-        try:
-            base = read_config_json(args.resume)[0]
+        try:  # read once: the run's --omp-spincount before torch loads, its config for train()
+            stored = read_config_json(args.resume)
+            base = stored[0]
         except UserError:
             pass  # the resume itself says what is wrong with the folder
     # with --resume the stored config is the base (core/runfolder.py), not the defaults; a bad
@@ -47,7 +48,8 @@ def _train(args: argparse.Namespace) -> int:
     from distppo.core.checkpoint import model_path
     from distppo.core.loop import train
     from distppo.distributed.factory import make_backend
-    paths = train(cfg, make_backend, resume=args.resume, progress=True, given=given)
+    paths = train(cfg, make_backend, resume=args.resume, progress=True, given=given,
+                  stored=stored)
     print(f"run folder:  {paths.run_dir}")
     print(f"metrics:     {paths.parquet}")
     print(f"tensorboard: tensorboard --logdir {paths.run_dir}")

@@ -270,8 +270,7 @@ class LearnerConfig:
     capturable Adam) and, with --runner-device cuda, each env step's policy step run as
     captured CUDA graphs (core/captured.py). Same minibatches, same action distribution; the
     actions are drawn from the GPU's own random stream and Adam's rounding differs, so the
-    numbers are not CleanRL's. Opt-in until it has passed the GPU check (docs/benchmarks.md,
-    "GPU")"""
+    numbers are not CleanRL's: opt-in. Where it has run: docs/benchmarks.md ("GPU")"""
 
     def __post_init__(self) -> None:
         if isinstance(self.grad_shards, str) and self.grad_shards.strip().isdigit():

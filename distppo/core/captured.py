@@ -8,10 +8,10 @@ step time. Captured once, a step is: copy the observations into a pinned buffer,
 replay (network, value, a Gumbel-max draw from the graph's own random stream, log-prob), one
 copy of the results into pinned memory and one sync. Nothing is allocated per step.
 
-Opt-in and not on any default path: it has not yet run on a GPU (docs/benchmarks.md, "GPU").
-The draw uses its own random stream, so its actions differ from the eager step's but follow
-the same distribution (`gumbel_sample`, tested on the CPU); given the same noise the captured
-step equals the eager one (`tests/integration/test_captured.py`, marked `gpu`).
+Opt-in and on no default path: a run's numbers are not CleanRL's, and where it has run is in
+docs/benchmarks.md ("GPU"). The draw uses its own random stream, so its actions differ from the
+eager step's but follow the same distribution (`gumbel_sample`, tested on the CPU); given the same
+noise the captured step equals the eager one (`tests/integration/test_captured.py`, marked `gpu`).
 
 CapturedStep, for a learner on a GPU: the step core/update.update() runs for each minibatch
 (forward, loss, backward, clipping, Adam) as one graph replay; the host only picks the

@@ -50,16 +50,18 @@ FLUSH_EVERY_S = 60.0  # metrics.parquet of a live run is at most this far behind
 
 def train(cfg: TrainConfig, backend_factory: BackendFactory, resume: Optional[str] = None,
           progress: bool = True, on_iteration: Optional[OnIteration] = None,
-          given: Optional[dict] = None, fault_log: Optional[FaultLog] = None) -> RunPaths:
+          given: Optional[dict] = None, fault_log: Optional[FaultLog] = None,
+          stored: Optional[tuple[TrainConfig, str]] = None) -> RunPaths:
     """Run (or resume) one training run; returns where its files are.
 
     `on_iteration(row, checkpoint_path or None)` is called after each iteration's row is
     written (the sweep trial reports to Tune from there). `given`: the flags given with
     --resume (config.RESUME_SAFE says which may differ from the stored config). `fault_log`:
     where counted faults are recorded (default: the run folder's; a sweep trial keeps its own
-    outside the run copies it rolls back to).
+    outside the run copies it rolls back to). `stored`: the resumed run's config.json as the
+    caller read it (prepare_run).
     """
-    run = prepare_run(cfg, resume, given)
+    run = prepare_run(cfg, resume, given, stored)
     lock = claim(run)
     loop = None
     try:
@@ -152,8 +154,8 @@ class Loop:
         self.tracker = EpisodeTracker()
         self.reference = ReferenceReturns(cfg.env.num_envs)
         self.iteration, self.global_step, elapsed_before = 0, 0, 0.0
-        # Each fault counter of the run before this process: the fault log, or for a run from
-        # before it, the rows a crashed attempt wrote past its checkpoint. This process's
+        # Each fault counter of the run before this process: the fault log, or for a run folder
+        # without one, the rows a crashed attempt wrote past its checkpoint. This process's
         # faults are counted (and logged) by `counter`, from the backend and from recover().
         self.counter = counter
         self.before = {k: max(logged[k], self._so_far(k, state)) for k in COUNTERS}
@@ -239,8 +241,8 @@ class Loop:
         """Count the steps and games, write the row, checkpoint when due, then the rest.
 
         The row is on disk before its checkpoint: a kill between the two then only means a
-        resume from the previous checkpoint, which writes the row again. (Checkpoint first
-        lost the row for good: the resume started after it.)
+        resume from the previous checkpoint, which writes the row again. (With the checkpoint
+        first, such a kill would lose the row for good: the resume starts after it.)
         """
         cfg, iteration = self.cfg, self.iteration
         self.global_step += sum(m.num_steps * m.num_envs for m in metas)

@@ -32,17 +32,20 @@ class Prepared:
 
 
 def prepare_run(cfg: TrainConfig, resume: Optional[str] = None,
-                given: Optional[dict] = None) -> Prepared:
+                given: Optional[dict] = None,
+                stored: Optional[tuple[TrainConfig, str]] = None) -> Prepared:
     """Check everything a user can get wrong before anything is written.
 
     New run: the folder must not exist (never write over a run). Resume: the folder must hold
     a config.json, a readable checkpoint and readable metrics; its stored config wins, but for
     the flags in `given` that config.RESUME_SAFE allows to change (others: one-line error).
+    `stored`: (config, run id) of the resumed run's config.json where the caller has read it
+    already (read_config_json), so it is read once.
     """
     if resume:
         if not os.path.isdir(resume):
             raise UserError(f"--resume {resume}: no such run folder")
-        stored, run_id = read_config_json(resume)
+        stored, run_id = stored or read_config_json(resume)
         state = load_checkpoint(latest_checkpoint(resume))
         cfg, changed = stored.resumed(given or {})
         paths = RunPaths(os.path.abspath(resume), run_id)

@@ -3,7 +3,7 @@
 Ray ties its daemons to the driver that started them (PR_SET_PDEATHSIG), and its workers exit
 when their raylet is gone, but the dashboard and runtime-env agents that the raylet starts
 only poll their parent, then try to report to the dead GCS: after a SIGKILL of the driver
-they lived on for about 100 s here. Nothing inside the driver can act on its own SIGKILL, so
+they live on, well past the driver. Nothing inside the driver can act on its own SIGKILL, so
 `watch()` starts this module as a separate process that:
 
 - holds the read end of a pipe whose only write end is the driver's: it reads EOF exactly

@@ -27,14 +27,13 @@ def shard_plan(cfg: TrainConfig, threads: int, on_cpu: bool,
 
     auto: for --overlap's handover (`own` < `threads`), one slice per thread, each of at least
     MIN_SLICE_SAMPLES samples: the slices let the update widen the moment the runners deliver
-    without changing its numbers; otherwise 1, one pass (slices are no faster in a whole
-    update: 1.37-1.42 s per 16-step update either way on 2 cores, docs/benchmarks.md), and 1
-    with --compile. A number: as given. Either way 1 on a GPU (the
-    update does not run on the threads) and at most one slice per sample (PPO-LSTM: per env of
-    the minibatch, whose sequence stays whole). Slices take the threads between them (intra =
-    threads // count, at least 1), never more than `own`, so that a slice run before the
-    handover does not oversubscribe the learner's share. Fixed by the config and the node,
-    never by timing: a seed's numbers do not depend on how many slices ran at once."""
+    without changing its numbers; otherwise 1, one pass (slices do not speed up a whole
+    update: docs/benchmarks.md), and 1 with --compile. A number: as given. Either way 1 on a
+    GPU (the update does not run on the threads) and at most one slice per sample (PPO-LSTM:
+    per env of the minibatch, whose sequence stays whole). Slices take the threads between
+    them (intra = threads // count, at least 1), never more than `own`, so that a slice run
+    before the handover does not oversubscribe the learner's share. Fixed by the config and
+    the node, never by timing: a seed's numbers do not depend on how many slices ran at once."""
     lr, p = cfg.learner, cfg.ppo
     envs = max(1, cfg.env.num_envs // lr.num_learners)  # this learner's share
     if p.algo == "ppo_lstm":  # a minibatch is whole env sequences

@@ -67,7 +67,8 @@ def ray_threads(cfg: TrainConfig, cpus: float, learner_on_gpu: bool = False) -> 
     return Threads(learner, runner, whole if whole >= 2 * learner else 0)
 
 
-CPUS_PER_AUTO_RUNNER = 4  # docs/benchmarks.md "GPU": 4 runners on 16 cores, 1.47x one runner
+# docs/benchmarks.md "GPU": how far more runners on a node's cores speed up sampling
+CPUS_PER_AUTO_RUNNER = 4
 
 
 def auto_runners(num_envs: int, cpus: float, runner_cpus: float, learner_cpus: float) -> int:

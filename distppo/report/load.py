@@ -32,6 +32,7 @@ from distppo.sweep.layout import ITERATIONS_FILE as ITERATIONS
 from distppo.sweep.layout import SWEEP_JSON as SPEC
 from distppo.sweep.layout import TRIALS_FILE as TRIALS
 from distppo.sweep.layout import filesystem, first_line
+from distppo.sweep.states import STATES
 from distppo.telemetry.redact import redact
 
 TRIAL_COLUMNS = ("trial_id", "env_id", "algo", "backend", "seed", "total_timesteps", "status",
@@ -42,9 +43,9 @@ ITERATION_COLUMNS = ("trial_id", "env_id", "algo", "seed", "global_step", "wall_
 OPTIONAL_TRIAL_COLUMNS = ("sps_mean", "episodes", "restarts", "node", "gpu_name", "git_commit",
                           "final_envpool_return", "final_xla_return")
 OPTIONAL_ITERATION_COLUMNS = ("backend", "num_learners")
-# The status of a finished trial in trials.parquet (metrics.TRIAL_COLUMNS: done, failed,
-# running, pending, paused, stopped); every other status makes the cell missing, with that status.
-DONE_STATUS = "done"
+# The status of a finished trial in trials.parquet (sweep/states.py STATES); every other
+# status makes the cell missing, with that status.
+DONE_STATUS = STATES[0]
 CLEANRL_TAIL = 0.10  # CleanRL's runtime = mean of the last 10% of logged rows (expt summary())
 
 

@@ -27,7 +27,8 @@ from distppo.errors import ConfigError, UserError
 from distppo.placement.sizing import check_fits, fit_sweep, trial_bundles
 from distppo.sweep import lease as sweep_lease
 from distppo.sweep.layout import ITERATIONS_FILE, SWEEP_JSON, TRIALS_FILE, TUNER_STATE, first_line
-from distppo.sweep.outputs import STATUS, trial_files, write_iterations, write_trials
+from distppo.sweep.outputs import trial_files, write_iterations, write_trials
+from distppo.sweep.states import trial_state
 from distppo.sweep.storage import SweepStorage
 from distppo.sweep.tracking import tracking_callbacks
 from distppo.sweep.trial import run_trial
@@ -67,12 +68,14 @@ def summary_line(name: str, sweep: SweepConfig, trials: list,
     for point in sweep.grid():
         tid = trial_id(*point)
         t = by_id.get(tid)
-        status = (statuses or {}).get(tid) or (
-            STATUS.get(t.status, t.status.lower()) if t else "pending")
+        result = (t.last_result if t else None) or {}
+        # While the sweep runs, Tune says TERMINATED only of a trial whose run returned: done
+        status = (statuses or {}).get(tid) or trial_state(
+            t.status if t else None, t is not None and t.status == "TERMINATED",
+            int(result.get("iteration", 0)), sweep.train.num_iterations, alive=True)
         counts[status] += 1
         if status in ("done", "failed"):
             continue
-        result = (t.last_result if t else None) or {}
         remaining += max(total_steps - int(result.get("global_step", 0)), 0)
         if status == "running":
             sps += float(result.get("sps", 0.0))
@@ -128,9 +131,10 @@ class SweepCallback(tune.Callback):
                   f"{redact_text(first_line(exc))}); the sweep goes on ({self.errors} so far)",
                   file=sys.stderr, flush=True)
 
-    def _write(self, trials: list, ending: Optional[dict] = None, iterations: bool = True):
+    def _write(self, trials: list, ending: Optional[dict] = None, iterations: bool = True,
+               alive: bool = True):
         files = trial_files(self.storage, self.sweep, trials, ending=ending,
-                            done=frozenset(self._done_rows))
+                            done=frozenset(self._done_rows), alive=alive)
         write_trials(self.storage, files, self._done_rows)
         if iterations:
             write_iterations(self.storage, files)
@@ -141,7 +145,7 @@ class SweepCallback(tune.Callback):
         self._dirty = True
 
     def on_trial_complete(self, iteration, trials, trial, **info):
-        self._guarded("trial end", lambda: self._write(trials, {trial.trial_id: "done"}))
+        self._guarded("trial end", lambda: self._write(trials, {trial.trial_id: "TERMINATED"}))
 
     def on_trial_recover(self, iteration, trials, trial, **info):
         # Logged now: Tune's own count (num_failures) lives in its state snapshot, which a
@@ -150,7 +154,7 @@ class SweepCallback(tune.Callback):
             "trial_restarts", 1, f"Tune restarts {trial.trial_id} after a failure"))
 
     def on_trial_error(self, iteration, trials, trial, **info):
-        self._guarded("trial error", lambda: self._write(trials, {trial.trial_id: "failed"}))
+        self._guarded("trial error", lambda: self._write(trials, {trial.trial_id: "ERROR"}))
 
     def on_step_end(self, iteration, trials, **info):
         if self._dirty and time.time() - self._written >= self.sweep.outputs_every_s:
@@ -159,7 +163,8 @@ class SweepCallback(tune.Callback):
 
     def on_experiment_end(self, trials, **info):
         self._statuses = None
-        self._guarded("the sweep's end", lambda: self._write(trials))
+        # no driver runs the unfinished trials once this returns: they are stopped
+        self._guarded("the sweep's end", lambda: self._write(trials, alive=False))
         # trials.parquet's statuses: Tune's say TERMINATED of trials an interrupt stopped
         self._summary(trials, force=True, statuses=self._statuses)
 

@@ -19,38 +19,35 @@ import pyarrow.parquet as pq
 
 from distppo.config import SweepConfig, trial_id
 from distppo.sweep.layout import ITERATIONS_FILE, TRIALS_FILE, first_line
+from distppo.sweep.states import trial_restarts, trial_state
 from distppo.sweep.storage import SweepStorage
 from distppo.telemetry.runlayout import CONFIG_JSON, METRICS
 from distppo.telemetry.schema import SWEEP_ITERATION_SCHEMA, TRIAL_SCHEMA
 
-# Tune's statuses in our words (docs/sweeps.md).
-STATUS = {"TERMINATED": "done", "ERROR": "failed", "RUNNING": "running", "PENDING": "pending",
-          "PAUSED": "paused"}
-
 
 class TrialFiles:
-    """One grid point: Tune's record of it (if Tune created it yet) and its newest run copy."""
+    """One grid point: its state (sweep/states.py) from Tune's record of it and its newest run
+    copy, and its files.
 
-    def __init__(self, storage: SweepStorage, sweep: SweepConfig, point: tuple, trial=None,
-                 status: Optional[str] = None) -> None:
+    tune_status / num_failures: Tune's status and failure count of the trial (None / 0 while
+    Tune has not created it); alive: the driver goes on running the sweep (False as it ends);
+    state: the state already known (a row written as done), not looked up again."""
+
+    def __init__(self, storage: SweepStorage, sweep: SweepConfig, point: tuple,
+                 tune_status: Optional[str] = None, num_failures: int = 0, alive: bool = True,
+                 state: Optional[str] = None) -> None:
         self.sweep, (self.env_id, self.algo, self.seed) = sweep, point
         self.trial_id = trial_id(*point)
-        self.status = status or (STATUS.get(trial.status, trial.status.lower()) if trial
-                                 else "pending")
         self.storage, self._latest = storage, False
-        if status is None and self.status == "done":
-            # Tune also says TERMINATED of the trials it stops when the sweep is interrupted
-            # (Ctrl-C, SIGTERM); only a trial whose newest complete copy trained every
-            # iteration is done (its metrics readable or not: Tune will not run it again).
+        if state is None:
             newest = storage.latest_run_copy(self.trial_id)
-            if not (newest and newest[1].get("finished")):
-                self.status = "stopped"
-        failures = trial.num_failures if trial else 0
-        # The failure that ended a failed trial was not followed by a restart. The fault log
-        # also has the restarts whose record in Tune's state a killed driver took with it.
-        tune_restarts = max(failures - 1, 0) if self.status == "failed" else failures
-        self.restarts = max(tune_restarts,
-                            storage.fault_log(self.trial_id).counts()["trial_restarts"])
+            record = newest[1] if newest else {}
+            state = trial_state(tune_status, bool(record.get("finished")),
+                                int(record.get("iteration", 0)), sweep.train.num_iterations,
+                                alive)
+        self.status = state
+        self.restarts = trial_restarts(
+            tune_status, num_failures, storage.fault_log(self.trial_id).counts()["trial_restarts"])
 
     @property
     def latest(self) -> Optional[tuple[str, dict]]:
@@ -113,16 +110,18 @@ class TrialFiles:
 
 
 def _null_if_nan(value) -> Optional[float]:
-    """A missing value as a Parquet null, whether the run's file wrote it as NaN (distppo
-    before 0.2) or as null."""
+    """A missing value as a Parquet null, whether the run's file holds it as null or as NaN:
+    run files on disk hold either."""
     return None if value is None or math.isnan(value) else float(value)
 
 
 def trial_files(storage: SweepStorage, sweep: SweepConfig, trials: list,
-                ending: Optional[dict] = None, done: frozenset = frozenset()) -> list[TrialFiles]:
-    """One TrialFiles per grid point, sorted by trial_id. `ending` = {Tune trial id: status}
-    for a trial Tune is finishing right now: it sets the status after the callbacks run.
-    `done`: trial ids already written as done (write_trials' cache), not looked at again."""
+                ending: Optional[dict] = None, done: frozenset = frozenset(),
+                alive: bool = True) -> list[TrialFiles]:
+    """One TrialFiles per grid point, sorted by trial_id. `trials`: Tune's trial objects;
+    `ending` = {Tune trial id: Tune status} for a trial Tune is finishing right now: its
+    callbacks run before Tune sets that status. `done`: trial ids already written as done
+    (write_trials' cache), not looked at again. `alive`: False as the sweep ends."""
     ending = ending or {}
     by_point: dict = {}
     for t in trials:
@@ -135,10 +134,10 @@ def trial_files(storage: SweepStorage, sweep: SweepConfig, trials: list,
     files = []
     for point in sweep.grid():
         trial = by_point.get(point, (0, None))[1]
-        status = ending.get(trial.trial_id) if trial is not None else None
-        if status is None and trial_id(*point) in done:
-            status = "done"
-        files.append(TrialFiles(storage, sweep, point, trial, status))
+        tune_status = None if trial is None else ending.get(trial.trial_id, trial.status)
+        failures = 0 if trial is None else trial.num_failures
+        state = "done" if trial_id(*point) in done else None
+        files.append(TrialFiles(storage, sweep, point, tune_status, failures, alive, state))
     return sorted(files, key=lambda f: f.trial_id)
 
 

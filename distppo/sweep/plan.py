@@ -126,12 +126,9 @@ def trial_minutes(sweep: SweepConfig, rates: Rates) -> tuple[list, str]:
         "the cluster runs a trial as fast as the measured machine")
 
 
-def make_plan(sweep: SweepConfig, cluster: Cluster, rates: Optional[Rates],
-              reference: Optional[tuple[list, str]] = None) -> dict:
-    """The plan; trial minutes from `rates`, or without them from `reference` ([minutes per
-    grid point], how they were made: report/references.reference_minutes)."""
-    if rates is None and reference is None:
-        raise UserError("no measurement and no reference minutes to plan with")
+def _fit(sweep: SweepConfig, cluster: Cluster) -> tuple[SweepConfig, str, list, dict, int]:
+    """(the sweep fitted to the cluster, what the fit changed, a trial's bundles, a trial's
+    {"CPU", "GPU"}, trials a node holds); one line when no node holds a trial."""
     # the sweep as `distppo sweep` would fit it to this cluster (GPUs resolved, reservations
     # shrunk to a node): the same function, fed the planned nodes instead of ray.nodes()
     planned = [{"Alive": True, "Resources": {"CPU": cluster.cpus_per_node,
@@ -145,6 +142,16 @@ def make_plan(sweep: SweepConfig, cluster: Cluster, rates: Optional[Rates],
         raise UserError(f"each trial needs {need['CPU']:g} CPU and {need['GPU']:g} GPU on one "
                         f"node but a node has {cluster.cpus_per_node:g} CPU and "
                         f"{cluster.gpus_per_node:g} GPU: the sweep could never start a trial")
+    return sweep, fit_said, bundles, need, per_node
+
+
+def make_plan(sweep: SweepConfig, cluster: Cluster, rates: Optional[Rates],
+              reference: Optional[tuple[list, str]] = None) -> dict:
+    """The plan; trial minutes from `rates`, or without them from `reference` ([minutes per
+    grid point], how they were made: report/references.reference_minutes)."""
+    if rates is None and reference is None:
+        raise UserError("no measurement and no reference minutes to plan with")
+    sweep, fit_said, bundles, need, per_node = _fit(sweep, cluster)
     slots = per_node * cluster.nodes
     capped = bool(sweep.max_concurrent_trials) and sweep.max_concurrent_trials < slots
     slots = sweep.max_concurrent_trials if capped else slots

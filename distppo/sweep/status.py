@@ -11,8 +11,8 @@ Per trial it reads (sweep/layout.py):
   (finished, elapsed_s, node) and its metrics (telemetry/parquet.py read_rows, a few columns);
 - the end of Tune's <trial_id>/result.json: the rows since that copy (one per iteration);
 - Tune's newest experiment_state-*.json: the trial's status and its restarts.
-So it needs neither iterations.parquet nor trials.parquet. The state rules are in STATE_RULES
-and docs/sweeps.md.
+So it needs neither iterations.parquet nor trials.parquet; its states and restart counts come
+from the rules trials.parquet uses too (sweep/states.py, docs/sweeps.md).
 """
 from __future__ import annotations
 
@@ -32,6 +32,7 @@ from distppo.placement.sizing import trial_bundles
 from distppo.sweep import lease as sweep_lease
 from distppo.sweep.layout import RUNS, SWEEP_JSON, TRIAL_JSON, filesystem, first_line
 from distppo.sweep.schedule import lpt_makespan
+from distppo.sweep.states import STATES, trial_restarts, trial_state
 from distppo.sweep.storage import SweepStorage
 from distppo.telemetry.parquet import read_rows
 from distppo.telemetry.redact import redact
@@ -41,19 +42,6 @@ STALE_AFTER_S = 300.0  # Tune syncs a trial's results to object stores every few
 STATUS_COLUMNS = ("iteration", "global_step", "wall_clock_s", "sps", "runner_restarts")
 RECENT_ROWS = 5  # current SPS: over the last rows, not the run's mean
 RESULT_TAIL_BYTES = 64 * 1024  # the end of result.json is enough for its last rows
-STATE_RULES = (
-    "done: its newest complete run copy says finished (or Tune says TERMINATED and its rows "
-    "reach the last iteration)",
-    "failed: Tune's experiment state says ERROR (out of restarts), and no finished copy",
-    "running: started (rows, or Tune says RUNNING or TERMINATED) while the driver is alive",
-    "stopped: started and unfinished while no driver is alive (interrupted or killed; the "
-    "sweep needs --resume), as trials.parquet says of a trial an interrupt stopped",
-    "pending: not started yet",
-    "the driver is alive while it holds the sweep's lease (a local folder, S3, GCS); where that "
-    "cannot be told, while a sweep file (experiment state, a trial's result.json or run copy, "
-    "a lease) changed within --stale-after seconds",
-)
-STATES = ("done", "running", "pending", "failed", "stopped")
 
 
 @dataclass
@@ -143,16 +131,8 @@ def _trial(store: SweepStorage, cfg: SweepConfig, point: tuple, tune: dict,
     tune_status = tune.get("status")
     total = tcfg.ppo.total_timesteps
     step, iteration = int(last.get("global_step", 0)), int(last.get("iteration", 0))
-    # Tune also says TERMINATED of the trials it stops when the sweep is interrupted
-    if record.get("finished") or (tune_status == "TERMINATED"
-                                  and iteration >= tcfg.num_iterations):
-        state = "done"
-    elif tune_status == "ERROR":
-        state = "failed"
-    elif rows or tune_status in ("RUNNING", "TERMINATED"):
-        state = "running" if alive else "stopped"
-    else:
-        state = "pending"
+    state = trial_state(tune_status, bool(record.get("finished")), iteration,
+                        tcfg.num_iterations, alive)
     wall = max(float(record.get("elapsed_s", 0.0)), float(last.get("trial_elapsed_s", 0.0)))
     sps = _recent_sps(rows)
     eta = (total - step) / sps if state == "running" and sps else None
@@ -161,8 +141,8 @@ def _trial(store: SweepStorage, cfg: SweepConfig, point: tuple, tune: dict,
         iteration=iteration, num_iterations=tcfg.num_iterations,
         global_step=step, total_timesteps=total, sps=sps, sps_mean=_num(last.get("sps")),
         restarts=int(last.get("runner_restarts", 0) or 0),
-        trial_restarts=max(int(tune.get("num_failures", 0)),
-                           store.fault_log(tid).counts()["trial_restarts"]),
+        trial_restarts=trial_restarts(tune_status, int(tune.get("num_failures", 0)),
+                                      store.fault_log(tid).counts()["trial_restarts"]),
         node=record.get("node") or last.get("hostname") or "-", wall_clock_s=wall, eta_s=eta)
 
 

@@ -204,9 +204,9 @@ TRIAL_COLUMNS: tuple[Column, ...] = (
     Column("seed", _I, "-", "base seed of the trial's run"),
     Column("total_timesteps", _I, "agent steps", "steps the trial is configured to train"),
     Column("status", _S, "-",
-           "done, failed (crashed more than max_failures times), running, pending, paused or "
-           "stopped (an interrupted sweep stopped it unfinished; --resume continues it), when "
-           "the file was written"),
+           "done, failed (crashed more than max_failures times), running, pending or stopped "
+           "(an interrupted sweep stopped it unfinished; --resume continues it), when the file "
+           "was written: the rules of `distppo status` (sweep/states.py)"),
     Column("global_step", _I, "agent steps", "steps reached at the trial's last checkpoint"),
     Column("wall_clock_minutes", _F, "min",
            "trial start (before env and model construction) to its end, summed over the "

@@ -9,6 +9,9 @@ that returns its input.
 - DISTPPO_FAULT_ITERATION=N: a training run raises once at iteration N, before that iteration
   is checkpointed or written; "once" is remembered by a marker file beside the run folder, so
   a run restarted in the same output folder (a Tune trial retry) goes past it.
+  DISTPPO_FAULT_ITERATION_RUNS=RUN=K[,RUN=K...] narrows it to the named run folders (a sweep's
+  trial ids), each raising at its first K attempts: one sweep then holds a trial that
+  restarts and finishes (K <= --max-failures) beside one that fails (K above it).
 - DISTPPO_FAULT_SIGKILL=POINT@N: the training process SIGKILLs itself at the named point of
   iteration N (`kill_point` calls in core/loop.py, e.g. `after_checkpoint@4`): a real kill at
   an exact moment that a kill from outside could only hit by luck.
@@ -40,6 +43,7 @@ from typing import Callable, Optional
 PREFIX = "DISTPPO_FAULT_"
 ENV_STEP = PREFIX + "ENV_STEP"
 ITERATION = PREFIX + "ITERATION"
+ITERATION_RUNS = PREFIX + "ITERATION_RUNS"
 SIGKILL = PREFIX + "SIGKILL"
 SIGKILL_ONCE = PREFIX + "SIGKILL_ONCE"
 DISK_FULL = PREFIX + "DISK_FULL"
@@ -77,15 +81,22 @@ class FaultAfter:
 
 
 def check_iteration(iteration: int, run_dir: str) -> None:
-    """Raise once at iteration DISTPPO_FAULT_ITERATION of the run in `run_dir`."""
+    """Raise at iteration DISTPPO_FAULT_ITERATION of the run in `run_dir`: once, or at the first
+    K attempts DISTPPO_FAULT_ITERATION_RUNS gives the run (none when it names other runs)."""
     at: Optional[str] = os.environ.get(ITERATION)
     if at is None or int(at) != iteration:
         return
-    marker = os.path.join(os.path.dirname(run_dir),
-                          f".distppo-fault-{os.path.basename(run_dir)}-{iteration}")
-    if os.path.exists(marker):
+    name = os.path.basename(run_dir)
+    runs = os.environ.get(ITERATION_RUNS)
+    times = 1 if runs is None else dict(
+        (run, int(k)) for run, _, k in (r.partition("=") for r in runs.split(","))).get(name, 0)
+    # the attempts that raised so far, in a file that outlives them
+    marker = os.path.join(os.path.dirname(run_dir), f".distppo-fault-{name}-{iteration}")
+    raised = os.path.getsize(marker) if os.path.exists(marker) else 0
+    if raised >= times:
         return
-    open(marker, "w").close()
+    with open(marker, "a") as f:
+        f.write("x")
     raise RuntimeError(f"failure injected at iteration {iteration} ({ITERATION})")
 
 

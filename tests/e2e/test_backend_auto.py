@@ -15,7 +15,7 @@ from distppo.errors import ConfigError
 from distppo.report.references import reference_minutes
 from distppo.sweep.plan import Cluster, format_plan, make_plan
 
-from conftest import REPO, assert_one_line_error, run_cli
+from helpers import REPO, assert_one_line_error, run_cli
 
 
 def test_auto_picks_the_experiment_the_id_names():

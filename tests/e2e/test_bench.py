@@ -1,7 +1,7 @@
 """`distppo bench` end to end on a tiny config (a functional test: no speed is asserted)."""
 import json
 
-from conftest import run_cli
+from helpers import run_cli
 
 
 def test_bench_table(tmp_path):

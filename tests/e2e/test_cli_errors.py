@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from conftest import REPO, assert_one_line_error, run_cli
+from helpers import REPO, assert_one_line_error, run_cli
 
 TINY = ["--num-envs", "2", "--num-steps", "16", "--num-minibatches", "2", "--total-timesteps", "32"]
 

@@ -33,7 +33,7 @@ import yaml
 
 from distppo.testing.ports import free_ports
 
-from conftest import REPO
+from helpers import REPO
 
 VENV_BIN = os.path.dirname(sys.executable)
 RAY = os.path.join(VENV_BIN, "ray")

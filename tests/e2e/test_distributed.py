@@ -17,7 +17,7 @@ from distppo.config import TrainConfig
 from distppo.core.backend import LocalBackend
 from distppo.core.loop import train
 
-from conftest import REPO
+from helpers import REPO, wait_for
 
 SMALL = dict(num_envs=4, num_steps=32, num_minibatches=2, update_epochs=2)
 
@@ -171,15 +171,6 @@ def _pid_or_none(actor):
         return None
 
 
-def _wait_for(predicate, timeout, what):
-    """Wait for predicate(); `what` (a string, or a function for a message made late)."""
-    deadline = time.time() + timeout
-    while not predicate():
-        if time.time() > deadline:
-            raise TimeoutError(what() if callable(what) else what)
-        time.sleep(0.1)
-
-
 @pytest.mark.slow
 @pytest.mark.serial
 def test_restart_killed_while_it_starts_is_counted_while_waiting_for_the_next(ray_cluster,
@@ -199,18 +190,18 @@ def test_restart_killed_while_it_starts_is_counted_while_waiting_for_the_next(ra
         return sum(int(line.split()[1]) for line in counted.read_text().splitlines()
                    if line.startswith("runner_restarts")) if counted.exists() else 0
     try:
-        _wait_for(lambda: (tmp_path / "runner_pid").exists() or driver.poll() is not None, 300,
+        wait_for(lambda: (tmp_path / "runner_pid").exists() or driver.poll() is not None, 300,
                   "the backend did not start")
         (tmp_path / "runner_init.go").unlink()  # from now on each restart holds as it starts
         held.unlink()
         _kill_and_wait(int((tmp_path / "runner_pid").read_text()))
-        _wait_for(lambda: held.exists() and held.read_text(), 120, "no restart held")
+        wait_for(lambda: held.exists() and held.read_text(), 120, "no restart held")
         second = int(held.read_text())
         held.unlink()
         _kill_and_wait(second)
-        _wait_for(lambda: held.exists() and held.read_text() and int(held.read_text()) != second,
+        wait_for(lambda: held.exists() and held.read_text() and int(held.read_text()) != second,
                   120, "no second restart held")
-        _wait_for(lambda: restarts() == 2, 15,
+        wait_for(lambda: restarts() == 2, 15,
                   lambda: f"{restarts()} restart(s) counted while the third start is held")
         (tmp_path / "runner_init.go").touch()
         (tmp_path / "stop").touch()
@@ -242,7 +233,7 @@ def test_runner_killed_between_calls_is_counted_and_gets_fresh_seeds(ray_cluster
             _kill_and_wait(old)
             # as when the kill falls in a long update: Ray has restarted the runner before
             # the loop asks it for the next rollout, so that call does not fail
-            _wait_for(lambda: _pid_or_none(runner) not in (None, old), 120, "no restart")
+            wait_for(lambda: _pid_or_none(runner) not in (None, old), 120, "no restart")
         if row["iteration"] == 6:
             seen["last"] = ray.get([r.seed.remote() for r in runners])
 
@@ -420,7 +411,8 @@ def _reapers_of(pid):
 @pytest.mark.slow
 def test_killed_driver_and_its_resume_leave_no_process(tmp_path):
     """SIGKILL of `distppo train` on its own local Ray: nothing of it may keep running (Ray's
-    dashboard and runtime-env agents used to live on for about 100 s), nor after --resume.
+    dashboard and runtime-env agents poll their dead parent and live on without
+    distributed/reaper.py), nor after --resume.
     Before the kill: its runner and learner processes carry GOMP_SPINCOUNT, which they inherit
     from the driver (it sets it before torch loads)."""
     # its own local Ray; GOMP_SPINCOUNT only from --omp-spincount
@@ -438,7 +430,7 @@ def test_killed_driver_and_its_resume_leave_no_process(tmp_path):
     driver = start(*args)
     ckpts = tmp_path / "r" / "checkpoints"
     try:
-        _wait_for(lambda: driver.poll() is not None or any(
+        wait_for(lambda: driver.poll() is not None or any(
             int(p.stem[5:]) >= 4 for p in ckpts.glob("ckpt_*.pt")), 240, "no checkpoint 4")
         assert driver.poll() is None, driver.stderr.read()[-2000:]
         assert len(_session(driver.pid)) > 3  # Ray's daemons and actors run in its session
@@ -446,7 +438,7 @@ def test_killed_driver_and_its_resume_leave_no_process(tmp_path):
                                                     "ray::Learner": "123"}
         driver.send_signal(signal.SIGKILL)
         driver.wait(timeout=30)
-        _wait_for(lambda: not _session(driver.pid) and not _reapers_of(driver.pid), 30,
+        wait_for(lambda: not _session(driver.pid) and not _reapers_of(driver.pid), 30,
                   lambda: f"left running after the SIGKILL: {_session(driver.pid)}")
     finally:
         if driver.poll() is None:
@@ -456,7 +448,7 @@ def test_killed_driver_and_its_resume_leave_no_process(tmp_path):
     assert resumed.returncode == 0, err[-3000:]
     # Ray's note that its new local cluster turned token auth on is not the run's first line
     assert "Token authentication" not in err, err[-3000:]
-    _wait_for(lambda: not _session(resumed.pid) and not _reapers_of(resumed.pid), 30,
+    wait_for(lambda: not _session(resumed.pid) and not _reapers_of(resumed.pid), 30,
               lambda: f"left running after the resumed run ended: {_session(resumed.pid)}")
     df = pd.read_parquet(tmp_path / "r" / "metrics.parquet")
     assert df["iteration"].tolist() == list(range(1, 61))

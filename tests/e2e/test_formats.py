@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pyarrow.parquet as pq
 
-from conftest import assert_engines_agree, run_cli
+from helpers import assert_engines_agree, run_cli
 
 NO_VALUE_EARLY = ("episodic_return_mean", "episodic_length_mean", "episodic_return_last100")
 

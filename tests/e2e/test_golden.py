@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 import torch
 
-from conftest import ATARI_CASES_OF_GOLDEN, assert_atari_run, run_cli, session_ray_env
+from helpers import ATARI_CASES_OF_GOLDEN, assert_atari_run, run_cli, session_ray_env
 
 GOLDEN = Path(__file__).resolve().parents[1] / "data" / "golden"
 COMMON = ["--num-envs", "4", "--num-steps", "32", "--num-minibatches", "2", "--update-epochs",

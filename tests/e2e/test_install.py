@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, assert_one_line_error
+from helpers import REPO, assert_one_line_error
 
 SWEEP = Path(REPO) / "tests" / "data" / "sweep-tiny"
 TRAINING_ONLY = {"torch", "ray", "envpool", "ale-py", "ale_py", "opencv-python-headless",

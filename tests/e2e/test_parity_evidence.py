@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from conftest import REPO
+from helpers import REPO
 
 sys.path.insert(0, os.path.join(REPO, "launch"))
 import parity_report as pr  # noqa: E402

@@ -15,13 +15,12 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from conftest import REPO
+from helpers import REPO, wait_for
 
 sys.path.insert(0, os.path.join(REPO, "launch"))
 import parity_report as pr  # noqa: E402
@@ -279,12 +278,14 @@ def study_cmd(out, *more):
             *(["--cleanrl-dir", CLEANRL_DIR] if NO_CLEANRL is None else []), *more]
 
 
-def wait_for(path, proc, timeout=600):
-    end = time.time() + timeout
-    while not os.path.exists(path):
+def appeared(path, proc):
+    """A predicate for wait_for: `path` exists; the study ending first fails with its output."""
+    def check() -> bool:
+        if os.path.exists(path):
+            return True
         assert proc.poll() is None, proc.communicate()[0][-3000:]
-        assert time.time() < end, f"{path} did not appear"
-        time.sleep(0.2)
+        return False
+    return check
 
 
 @pytest.fixture(scope="module")
@@ -295,7 +296,8 @@ def study(tmp_path_factory):
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     first = subprocess.Popen(study_cmd(out), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                              text=True, env=env, cwd=REPO)
-    wait_for(out / "runs" / "distppo-seed1" / "metrics.parquet", first)
+    metrics = out / "runs" / "distppo-seed1" / "metrics.parquet"
+    wait_for(appeared(metrics, first), 600, f"{metrics} did not appear")
     first.send_signal(signal.SIGTERM)
     stopped = first.communicate(timeout=180)[0]
     again = subprocess.run(study_cmd(out), capture_output=True, text=True, env=env, cwd=REPO,

@@ -16,7 +16,7 @@ from distppo.report.references import reference_minutes, runtimes
 from distppo.sweep.plan import Cluster, Rates, make_plan
 from distppo.sweep.schedule import lpt_makespan
 
-from conftest import REPO, assert_one_line_error, run_cli
+from helpers import REPO, assert_one_line_error, run_cli
 
 REPO_DATA = Path(REPO) / "tests" / "data"
 

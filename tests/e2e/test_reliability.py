@@ -14,7 +14,7 @@ from distppo.core.backend import LocalBackend
 from distppo.core.loop import train
 from distppo.errors import ConfigError, StorageError, UserError
 
-from conftest import REPO, assert_one_line_error, run_cli
+from helpers import REPO, assert_one_line_error, run_cli
 
 STEPS = 32  # agent steps per iteration of TINY
 
@@ -313,7 +313,7 @@ def test_files_are_fsynced_before_they_are_renamed(tmp_path, monkeypatch):
     from distppo.telemetry.parquet import ParquetSink
     from distppo.telemetry.runinfo import write_config_json
 
-    from conftest import make_row
+    from helpers import make_row
 
     synced, order = set(), []
     real_fsync, real_replace = os.fsync, os.replace

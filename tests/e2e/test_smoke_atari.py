@@ -2,7 +2,7 @@
 (three of the eight are the golden runs, checked in test_golden.py)."""
 import pytest
 
-from conftest import ATARI_CASES_OF_GOLDEN, assert_atari_run, run_cli, session_ray_env
+from helpers import ATARI_CASES_OF_GOLDEN, assert_atari_run, run_cli, session_ray_env
 
 SMALL = ["--num-envs", "4", "--num-steps", "32", "--num-minibatches", "2", "--update-epochs", "2",
          "--total-timesteps", "256", "--checkpoint-every", "1"]

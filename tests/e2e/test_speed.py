@@ -35,7 +35,7 @@ from distppo.placement.sizing import (
     trial_bundles,
 )
 
-from conftest import RAY_CPUS, assert_one_line_error, run_cli
+from helpers import RAY_CPUS, assert_one_line_error, run_cli
 
 
 def node(cpus, gpus=0.0, alive=True):

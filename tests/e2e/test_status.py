@@ -2,7 +2,6 @@
 after its driver is SIGKILLed, the same files on a loopback S3 server; read-only throughout."""
 from __future__ import annotations
 
-import json
 import shutil
 import signal
 import time
@@ -13,19 +12,13 @@ import pytest
 
 from distppo.sweep.status import read_status
 
-from conftest import LiveCli, assert_one_line_error, run_cli, wait_for_free_cpus
+from helpers import LiveCli, assert_one_line_error, run_cli, status, wait_for_free_cpus
 
 # 1 trial at a time, ~0.05 s iterations of 128 steps, a run copy every 5 iterations
 SWEEP = ["sweep", "--games", "CartPole-v1", "Acrobot-v1", "--seeds", "1", "--backend", "gym",
          "--num-envs", "2", "--num-steps", "64", "--num-minibatches", "2", "--update-epochs", "1",
          "--checkpoint-every", "5", "--trial-cpus", "1", "--local", "--max-concurrent-trials",
          "1", "--total-timesteps", str(400 * 128)]
-
-
-def status(*args, env=None) -> dict:
-    proc = run_cli("status", *args, "--json", timeout=120, env=env)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout)
 
 
 def files_of(root: Path) -> dict:

@@ -13,7 +13,7 @@ from distppo.telemetry.parquet import read_rows
 from distppo.telemetry.runinfo import read_config_json
 from distppo.telemetry.runlayout import RunPaths
 
-from conftest import REPO, run_cli
+from helpers import REPO, run_cli
 
 STORED = Path(REPO) / "tests" / "data" / "stored"
 TRIAL = "CartPole-v1__ppo__1"

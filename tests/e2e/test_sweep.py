@@ -20,13 +20,14 @@ import pyarrow.parquet as pq
 import pytest
 
 from distppo.telemetry import schema as metrics
-from distppo.telemetry.schema import SWEEP_ITERATION_SCHEMA, TRIAL_SCHEMA
 
-from conftest import (
+from helpers import (
     FILE_STORE,
     RAY_CPUS,
     REPO,
+    TINY,
     LiveCli,
+    assert_complete,
     assert_engines_agree,
     assert_points,
     mlflow_metric,
@@ -36,27 +37,11 @@ from conftest import (
     wandb_records,
 )
 
-# 2 iterations of 2 envs x 16 steps; half a CPU per bundle so two trials share the 4-CPU cluster.
-TINY = ["--backend", "gym", "--num-envs", "2", "--num-steps", "16", "--num-minibatches", "2",
-        "--update-epochs", "1", "--checkpoint-every", "1", "--trial-cpus", "0.5",
-        "--runner-cpus", "0.5", "--learner-cpus", "0.5", "--total-timesteps", "64"]
 GAMES = ["--games", "CartPole-v1", "Acrobot-v1"]
 
 
 def read(path, fs=None):
     return pq.read_table(str(path), filesystem=fs)
-
-
-def assert_complete(iterations, trials, n_iterations):
-    """Every trial done; each (trial_id, iteration) once, none missing."""
-    assert iterations.schema.equals(SWEEP_ITERATION_SCHEMA), iterations.schema
-    assert trials.schema.equals(TRIAL_SCHEMA), trials.schema
-    keys = list(zip(iterations["trial_id"].to_pylist(), iterations["iteration"].to_pylist()))
-    assert len(keys) == len(set(keys)), "duplicate (trial_id, iteration)"
-    expected = {(t, i) for t in trials["trial_id"].to_pylist() for i in range(1, n_iterations + 1)}
-    assert set(keys) == expected
-    assert iterations["run_id"].to_pylist() == iterations["trial_id"].to_pylist()
-    assert set(trials["status"].to_pylist()) == {"done"}
 
 
 def run_copies(sweep_dir: Path, trial_id: str) -> dict:

@@ -16,7 +16,6 @@ import time
 
 import pyarrow.fs as pafs
 import pytest
-from test_sweep_reliability import hold_lease, kill, make_run
 
 from distppo.errors import UserError
 from distppo.sweep import lease as sweep_lease
@@ -24,8 +23,8 @@ from distppo.sweep.lease import LeaseLost
 from distppo.sweep.objlease import CLOCK_GRAIN_S, EXIT_LEASE_LOST
 from distppo.sweep.storage import SweepStorage
 
-from conftest import LEASE_HOLDER as HOLD
-from conftest import REPO
+from helpers import LEASE_HOLDER as HOLD
+from helpers import REPO, hold_lease, kill, make_run
 
 # every test here waits on a lease's few-second TTL: they run with nothing beside them
 pytestmark = pytest.mark.serial

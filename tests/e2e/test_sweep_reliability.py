@@ -10,39 +10,30 @@ from __future__ import annotations
 import errno
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 import pytest
-from test_status import status
-from test_sweep import TINY, assert_complete
 
 from distppo.errors import UserError
 from distppo.sweep import lease as sweep_lease
 from distppo.sweep.objlease import CLOCK_GRAIN_S
 from distppo.sweep.storage import SweepStorage
 
-from conftest import LEASE_HOLDER as HOLD
-from conftest import REPO, assert_one_line_error, run_cli
-
-
-def hold_lease(storage: str, name: str, env=None) -> subprocess.Popen:
-    """Another live process holding the sweep's lease, as a first driver would."""
-    proc = subprocess.Popen([sys.executable, "-c", HOLD, storage, name], cwd=REPO,
-                            stdout=subprocess.PIPE, text=True, env=env)
-    assert proc.stdout.readline().strip() == "held"
-    return proc
-
-
-def kill(proc: subprocess.Popen) -> None:
-    proc.send_signal(signal.SIGKILL)
-    proc.wait(timeout=30)
-
+from helpers import (
+    REPO,
+    TINY,
+    assert_complete,
+    assert_one_line_error,
+    hold_lease,
+    kill,
+    make_run,
+    run_cli,
+    status,
+)
 
 # --- 1. the sweep lease ------------------------------------------------------------------------
 
@@ -143,19 +134,7 @@ def test_s3_lease_expiry_renewal_force(s3_server, monkeypatch):
 
 # --- 2. upload_run: never delete before the new copy is whole ---------------------------------
 
-def make_run(run_dir: Path, iteration: int, checkpoint=None) -> None:
-    (run_dir / "checkpoints").mkdir(parents=True, exist_ok=True)
-    for old in (run_dir / "checkpoints").glob("ckpt_*.pt"):
-        old.unlink()
-    (run_dir / "metrics.parquet").write_bytes(b"rows %d" % iteration)
-    (run_dir / ".distppo.lock").write_text("123")
-    (run_dir / f".metrics.parquet.1.ab{iteration}.distppo-tmp").write_bytes(b"half")
-    (run_dir / "checkpoints" / "ckpt_000001.pt.tmp").write_bytes(b"legacy debris")
-    path = run_dir / "checkpoints" / f"ckpt_{iteration:06d}.pt"
-    if checkpoint is None:
-        path.write_bytes(b"ckpt %d" % iteration)
-    else:
-        os.mkfifo(path)  # an upload that reads it blocks: a copy caught mid-way
+
 
 
 UPLOAD = ("import sys\n"

@@ -12,7 +12,7 @@ import torch
 
 from distppo.core.models import make_agent
 
-from conftest import (
+from helpers import (
     FILE_STORE,
     REPO,
     assert_one_line_error,

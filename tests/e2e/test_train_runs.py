@@ -3,7 +3,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import cv2
 import pandas as pd
@@ -13,7 +12,7 @@ from distppo.config import TrainConfig
 from distppo.core.backend import LocalBackend
 from distppo.core.loop import train
 
-from conftest import REPO, run_cli, video_codec
+from helpers import REPO, run_cli, video_codec, wait_for
 
 LOSSES = ["policy_loss", "value_loss", "entropy", "old_approx_kl", "approx_kl", "clipfrac",
           "explained_variance", "episodic_return_mean", "global_step"]
@@ -37,15 +36,6 @@ def test_local_and_ray_identical(ray_cluster, tmp_path, env_id, backend, algo):
     pd.testing.assert_frame_equal(a, b, check_exact=True)
 
 
-def _wait_for(predicate, timeout, what):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if predicate():
-            return
-        time.sleep(0.2)
-    raise TimeoutError(what)
-
-
 @pytest.mark.slow
 def test_kill_and_resume(tmp_path):
     args = ["train", "--local", "--env-id", "CartPole-v1", "--backend", "gym", "--num-envs", "2",
@@ -55,7 +45,7 @@ def test_kill_and_resume(tmp_path):
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     ckpts = tmp_path / "r" / "checkpoints"
     try:
-        _wait_for(lambda: ckpts.is_dir() and len(list(ckpts.glob("ckpt_*.pt"))) >= 3, 120,
+        wait_for(lambda: ckpts.is_dir() and len(list(ckpts.glob("ckpt_*.pt"))) >= 3, 120,
                   "no checkpoint past iteration 5")
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=30)
@@ -91,7 +81,7 @@ def _stop_with_sigterm(args, run_dir, past, group=False, env=None):
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                             start_new_session=group)
     try:
-        _wait_for(lambda: proc.poll() is not None or newest() > past, 300,
+        wait_for(lambda: proc.poll() is not None or newest() > past, 300,
                   "no new checkpoint in time")
         assert proc.poll() is None, proc.stderr.read()[-3000:]
         if group:
@@ -212,7 +202,7 @@ def _stop_when(args, env, ready, signum=signal.SIGTERM) -> tuple:
     proc = subprocess.Popen(args, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                             text=True, env=env)
     try:
-        _wait_for(lambda: proc.poll() is not None or ready(proc), 300, "never got ready")
+        wait_for(lambda: proc.poll() is not None or ready(proc), 300, "never got ready")
         assert proc.poll() is None, proc.stderr.read()[-3000:]
         proc.send_signal(signum)
         _, err = proc.communicate(timeout=120)

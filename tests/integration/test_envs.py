@@ -12,7 +12,7 @@ from distppo.envs.factory import make_vector_env
 from distppo.envs.games import ATARI_57, resolve_env_id, to_gym, to_v5
 from distppo.errors import ConfigError
 
-from conftest import video_codec
+from helpers import video_codec
 
 BACKENDS = ("gym", "envpool", "ale")
 VIDEO_BACKENDS = ("gym", "envpool")  # ale-py's vector env renders no frames

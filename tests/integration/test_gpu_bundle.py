@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO
+from helpers import REPO
 
 sys.path.insert(0, os.path.join(REPO, "launch"))
 import gpu_bundle  # noqa: E402

@@ -21,7 +21,7 @@ import pytest
 
 from distppo.report import aggregates, references
 
-from conftest import REPO, assert_one_line_error, run_cli
+from helpers import REPO, assert_one_line_error, run_cli
 
 SWEEP = os.path.join(REPO, "tests", "data", "sweep-tiny")
 DATA = os.path.join(REPO, "distppo", "data")

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import REPO, run_cli
+from helpers import REPO, run_cli
 
 CLUSTER = Path(REPO) / "cluster"
 

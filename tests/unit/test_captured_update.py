@@ -7,13 +7,14 @@ import copy
 import numpy as np
 import pytest
 import torch
-from test_shards import _batch
 
 from distppo.config import TrainConfig
 from distppo.core.captured import CapturedStep
 from distppo.core.learner import PPOLearner
 from distppo.core.update import update
 from distppo.errors import ConfigError
+
+from helpers import rollout_batch
 
 
 def _cfg(**kw) -> TrainConfig:
@@ -25,7 +26,7 @@ def _cfg(**kw) -> TrainConfig:
 def _batches(n: int) -> list:
     out = []
     for i in range(n):
-        b = _batch("ppo")
+        b = rollout_batch("ppo")
         rng = np.random.default_rng(10 + i)
         b.rewards[...] = (rng.random(b.rewards.shape) < 0.3).astype(np.float32)
         b.values[...] = rng.standard_normal(b.values.shape).astype(np.float32)

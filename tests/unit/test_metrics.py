@@ -26,7 +26,7 @@ from distppo.telemetry.schema import (
 from distppo.telemetry.stats import EpisodeTracker, PhaseTimer, ReferenceReturns
 from distppo.telemetry.tensorboard import TensorBoardWriter
 
-from conftest import make_row
+from helpers import make_row
 
 ROOT = Path(__file__).resolve().parents[2]
 

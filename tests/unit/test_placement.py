@@ -1,9 +1,11 @@
 """resolve(config, cluster facts) -> Placement over a table of node shapes and settings: every
 "auto" of the execution settings as a number. No Ray, no subprocess: pure arithmetic.
 
-The expected numbers are those the code gave before resolve() existed, when the autos were
-resolved in the Ray backend, capped again in the actors and set by the loop."""
+Each case names the sizing rule it checks (placement/sizing.py, placement/resolve.py,
+core/threads.py shard_plan) and the numbers that rule gives for its node, worked out from the
+rule: a case fails for a reason its rule states."""
 import dataclasses
+from typing import NamedTuple
 
 import pytest
 
@@ -18,81 +20,140 @@ from distppo.placement.sizing import (
     trials_per_node,
 )
 
-D = TrainConfig()  # CleanRL's 8 envs x 128 steps, 4 minibatches
+D = TrainConfig()  # CleanRL's 8 envs x 128 steps, 4 minibatches (256 samples each)
 
-# name: (config, facts) -> (runners, learner threads, runner threads, handover,
-#                            this process's threads, gradient slices, learner on the CPU,
-#                            learner GPUs)
+
+class Want(NamedTuple):
+    """A Placement's numbers (numbers() below)."""
+    runners: int          # env runners
+    learner: int          # torch threads per learner
+    runner: int           # torch threads per env runner
+    handover: int         # --overlap: a CPU learner's threads once the runners delivered
+    main: int             # torch threads of the process that runs the loop
+    grad_shards: int      # gradient slices per minibatch
+    learner_on_cpu: bool
+    learner_gpus: float
+
+
+class Case(NamedTuple):
+    config: TrainConfig
+    facts: ClusterFacts
+    want: Want
+    rule: str
+
+
+def want(runners, learner, runner, main, *, handover=0, grad_shards=1, gpus=0.0,
+         on_cpu=None) -> Want:
+    """Want with the defaults most cases share; on_cpu: by default, whether no GPU is used."""
+    return Want(runners, learner, runner, handover, main, grad_shards,
+                gpus == 0.0 if on_cpu is None else on_cpu, gpus)
+
+
+LOCAL = D.replace(local=True)
 CASES = {
-    # --local: one sampler, every core (or the number given, within the cores), one pass
-    "local, 2 cores": (D.replace(local=True), ClusterFacts(2), (1, 2, 2, 0, 2, 1, True, 0.0)),
-    "local, 16 cores, 1 GPU": (D.replace(local=True), ClusterFacts(16, 1),
-                               (1, 16, 16, 0, 16, 1, False, 1.0)),
-    "local, --num-threads 4 on 2 cores": (D.replace(local=True, num_threads="4"),
-                                          ClusterFacts(2), (1, 2, 2, 0, 2, 1, True, 0.0)),
-    "local, --grad-shards 2": (D.replace(local=True, grad_shards="2"), ClusterFacts(2),
-                               (1, 2, 2, 0, 2, 2, True, 0.0)),
-    "local, --grad-shards 2 on a GPU": (D.replace(local=True, grad_shards="2"),
-                                        ClusterFacts(2, 1), (1, 2, 2, 0, 2, 1, False, 1.0)),
-    "local, --no-cuda on a GPU": (D.replace(local=True, cuda=False), ClusterFacts(16, 1),
-                                  (1, 16, 16, 0, 16, 1, True, 0.0)),
+    "local, 2 cores": Case(
+        LOCAL, ClusterFacts(2), want(1, 2, 2, 2),
+        "--local: one sampler (auto), and the one process takes every core it may run on"),
+    "local, 16 cores, 1 GPU": Case(
+        LOCAL, ClusterFacts(16, 1), want(1, 16, 16, 16, gpus=1.0),
+        "--local with a CUDA device: the learner on the GPU (learner_gpus 1), threads still "
+        "every core"),
+    "local, --num-threads 4 on 2 cores": Case(
+        D.replace(local=True, num_threads="4"), ClusterFacts(2), want(1, 2, 2, 2),
+        "--local: threads given are capped at the cores the process may run on"),
+    "local, --grad-shards 2": Case(
+        D.replace(local=True, grad_shards="2"), ClusterFacts(2), want(1, 2, 2, 2, grad_shards=2),
+        "a number of gradient slices given is kept for a CPU learner"),
+    "local, --grad-shards 2 on a GPU": Case(
+        D.replace(local=True, grad_shards="2"), ClusterFacts(2, 1), want(1, 2, 2, 2, gpus=1.0),
+        "gradient slices are always 1 on a GPU (the update does not run on the threads)"),
+    "local, --no-cuda on a GPU": Case(
+        D.replace(local=True, cuda=False), ClusterFacts(16, 1), want(1, 16, 16, 16),
+        "--no-cuda: no GPU taken, the learner on the CPU"),
     # Ray without --overlap: runners and learner take turns, each phase on the whole node
-    "ray, 2 CPUs": (D, ClusterFacts(2), (1, 2, 2, 0, 1, 1, True, 0.0)),
-    "ray, 16 CPUs": (D, ClusterFacts(16), (4, 16, 4, 0, 1, 1, True, 0.0)),
-    "ray, 16 CPUs, 1 GPU": (D, ClusterFacts(16, 1), (4, 16, 4, 0, 1, 1, False, 1.0)),
-    "ray, 16 CPUs, 2 learners": (D.replace(num_learners=2), ClusterFacts(16),
-                                 (4, 8, 4, 0, 1, 1, True, 0.0)),
-    "ray, 16 CPUs, 1 GPU, --no-cuda": (D.replace(cuda=False), ClusterFacts(16, 1),
-                                       (4, 16, 4, 0, 1, 1, True, 0.0)),
-    "ray, 16 CPUs, 1 GPU, --device cpu": (D.replace(device="cpu"), ClusterFacts(16, 1),
-                                          (4, 16, 4, 0, 1, 1, True, 0.0)),
+    "ray, 2 CPUs": Case(
+        D, ClusterFacts(2), want(1, 2, 2, 1),
+        "auto runners: at least 1; without --overlap each phase takes every CPU (the learner "
+        "2 / 1, the runner 2 / 1); the trainer, which only schedules, 1 thread"),
+    "ray, 16 CPUs": Case(
+        D, ClusterFacts(16), want(4, 16, 4, 1),
+        "auto runners: one per CPUS_PER_AUTO_RUNNER (4) CPUs that divide the 8 envs: 4, each "
+        "16 / 4 threads; the learner all 16"),
+    "ray, 16 CPUs, 1 GPU": Case(
+        D, ClusterFacts(16, 1), want(4, 16, 4, 1, gpus=1.0),
+        "auto learner GPUs: a whole GPU for the one learner where the cluster has one"),
+    "ray, 16 CPUs, 2 learners": Case(
+        D.replace(num_learners=2), ClusterFacts(16), want(4, 8, 4, 1),
+        "without --overlap the learners share the CPUs: 16 / 2 each"),
+    "ray, 16 CPUs, 1 GPU, --no-cuda": Case(
+        D.replace(cuda=False), ClusterFacts(16, 1), want(4, 16, 4, 1),
+        "--no-cuda: no GPU reserved, the learner on the CPU"),
+    "ray, 16 CPUs, 1 GPU, --device cpu": Case(
+        D.replace(device="cpu"), ClusterFacts(16, 1), want(4, 16, 4, 1),
+        "--device cpu: no GPU reserved, the learner on the CPU"),
     # --overlap: runners keep their reservation, the learners share the rest; on a small node
     # a CPU learner hands over to the whole node through gradient slices
-    "ray, 2 CPUs, --overlap": (D.replace(overlap=True), ClusterFacts(2),
-                               (1, 1, 1, 2, 1, 2, True, 0.0)),
-    "ray, 2 CPUs, --overlap, ppo_lstm": (D.replace(overlap=True, algo="ppo_lstm"),
-                                         ClusterFacts(2), (1, 1, 1, 2, 1, 2, True, 0.0)),
-    "ray, 2 CPUs, --overlap, --compile": (D.replace(overlap=True, compile=True),
-                                          ClusterFacts(2), (1, 1, 1, 0, 1, 1, True, 0.0)),
-    "ray, 2 CPUs, --overlap, --grad-shards 1": (D.replace(overlap=True, grad_shards="1"),
-                                                ClusterFacts(2), (1, 1, 1, 0, 1, 1, True, 0.0)),
-    "ray, 2 CPUs, 1 GPU, --overlap": (D.replace(overlap=True), ClusterFacts(2, 1),
-                                      (1, 1, 1, 0, 1, 1, False, 1.0)),
-    "ray, 16 CPUs, --overlap": (D.replace(overlap=True), ClusterFacts(16),
-                                (4, 12, 1, 0, 1, 1, True, 0.0)),
-    # a GPU learner only launches kernels: it keeps one thread, the runners share the rest
-    "ray, 16 CPUs, 1 GPU, --overlap": (D.replace(overlap=True), ClusterFacts(16, 1),
-                                       (4, 1, 3, 0, 1, 1, False, 1.0)),
-    "ray, 16 CPUs, 2 learners, --overlap": (D.replace(num_learners=2, overlap=True),
-                                            ClusterFacts(16), (4, 6, 1, 0, 1, 1, True, 0.0)),
-    # too few samples per slice for a handover to pay: one pass, no handover
-    "ray, 4 CPUs, --overlap, 3-CPU runner, 4 x 32": (
+    "ray, 2 CPUs, --overlap": Case(
+        D.replace(overlap=True), ClusterFacts(2), want(1, 1, 1, 1, handover=2, grad_shards=2),
+        "--overlap: the runner keeps round(runner_cpus) = 1 thread, the learner the 1 left; "
+        "1 is at most half of the node's 2, so it hands over to 2 threads through one slice "
+        "per thread (128 samples each, at least MIN_SLICE_SAMPLES)"),
+    "ray, 2 CPUs, --overlap, ppo_lstm": Case(
+        D.replace(overlap=True, algo="ppo_lstm"), ClusterFacts(2),
+        want(1, 1, 1, 1, handover=2, grad_shards=2),
+        "the same handover for PPO-LSTM, its slices whole envs (2 envs of a minibatch)"),
+    "ray, 2 CPUs, --overlap, --compile": Case(
+        D.replace(overlap=True, compile=True), ClusterFacts(2), want(1, 1, 1, 1),
+        "--compile: one pass, so no slices and no handover"),
+    "ray, 2 CPUs, --overlap, --grad-shards 1": Case(
+        D.replace(overlap=True, grad_shards="1"), ClusterFacts(2), want(1, 1, 1, 1),
+        "one slice given: a handover would have nothing to widen, so none"),
+    "ray, 2 CPUs, 1 GPU, --overlap": Case(
+        D.replace(overlap=True), ClusterFacts(2, 1), want(1, 1, 1, 1, gpus=1.0),
+        "a GPU learner: 1 slice, so no handover"),
+    "ray, 16 CPUs, --overlap": Case(
+        D.replace(overlap=True), ClusterFacts(16), want(4, 12, 1, 1),
+        "--overlap: 4 runners keep 1 thread each, the learner the 12 left; 12 is more than "
+        "half of 16: no handover"),
+    "ray, 16 CPUs, 1 GPU, --overlap": Case(
+        D.replace(overlap=True), ClusterFacts(16, 1), want(4, 1, 3, 1, gpus=1.0),
+        "--overlap with the learner on the GPU: it only launches kernels, so it keeps 1 thread "
+        "and the 4 runners share the 15 left, 3 each"),
+    "ray, 16 CPUs, 2 learners, --overlap": Case(
+        D.replace(num_learners=2, overlap=True), ClusterFacts(16), want(4, 6, 1, 1),
+        "--overlap: two learners share the 12 CPUs the runners leave, 6 each"),
+    "ray, 4 CPUs, --overlap, 3-CPU runner, 4 x 32": Case(
         D.replace(overlap=True, runner_cpus=3.0, num_envs=4, num_steps=32), ClusterFacts(4),
-        (1, 1, 3, 0, 1, 1, True, 0.0)),
-    # numbers given are kept (the slices: 1 on a GPU)
-    "ray, 16 CPUs, 1 GPU, numbers given": (
+        want(1, 1, 3, 1),
+        "a 3-CPU runner keeps 3 threads, the learner the 1 left; a minibatch of 4 x 32 / 4 = 32 "
+        "samples is under MIN_SLICE_SAMPLES for 2 slices: one pass, so no handover"),
+    "ray, 16 CPUs, 1 GPU, numbers given": Case(
         D.replace(num_env_runners="2", num_threads="3", grad_shards="2", learner_gpus="0.5"),
-        ClusterFacts(16, 1), (2, 3, 3, 0, 3, 1, False, 0.5)),
-    "ray, 16 CPUs, numbers given": (
+        ClusterFacts(16, 1), want(2, 3, 3, 3, gpus=0.5),
+        "numbers given are kept (threads for every process, the trainer's too), but slices "
+        "are 1 on a GPU"),
+    "ray, 16 CPUs, numbers given": Case(
         D.replace(num_env_runners="2", num_threads="3", grad_shards="2"), ClusterFacts(16),
-        (2, 3, 3, 0, 3, 2, True, 0.0)),
-    # a sweep trial's own placement group: its runners are the reservation, its CPUs the bundles'
-    "ray trial, 3 CPUs, 1 GPU": (D, ClusterFacts(3, 1, in_trial=True),
-                                 (1, 3, 3, 0, 1, 1, False, 1.0)),
+        want(2, 3, 3, 3, grad_shards=2),
+        "numbers given are kept, the slices too on a CPU learner"),
+    "ray trial, 3 CPUs, 1 GPU": Case(
+        D, ClusterFacts(3, 1, in_trial=True), want(1, 3, 3, 1, gpus=1.0),
+        "in a sweep trial's placement group auto runners are its reservation (1), and the "
+        "threads come from the group's 3 CPUs"),
 }
 
 
-def numbers(p: Placement) -> tuple:
-    return (p.config.runner.num_env_runners, p.threads.learner, p.threads.runner,
-            p.threads.handover, p.main_threads, p.grad_shards, p.learner_on_cpu,
-            p.config.learner.learner_gpus)
+def numbers(p: Placement) -> Want:
+    return Want(p.config.runner.num_env_runners, p.threads.learner, p.threads.runner,
+                p.threads.handover, p.main_threads, p.grad_shards, p.learner_on_cpu,
+                p.config.learner.learner_gpus)
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_resolve_gives_the_numbers_of_each_node_shape(name):
-    cfg, facts, want = CASES[name]
+    cfg, facts, expected, rule = CASES[name]
     placed = resolve(cfg, facts)
-    assert numbers(placed) == want
+    assert numbers(placed) == expected, rule
     # everything but the execution settings stays as given
     assert placed.config.ppo == cfg.ppo and placed.config.env == cfg.env
     assert placed.config.seed == cfg.seed and placed.config.local == cfg.local
@@ -100,7 +161,7 @@ def test_resolve_gives_the_numbers_of_each_node_shape(name):
 
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_resolve_is_a_pure_function_of_the_declared_resources(name):
-    cfg, facts, _ = CASES[name]
+    cfg, facts, _, _ = CASES[name]
     assert resolve(cfg, facts) == resolve(cfg, dataclasses.replace(facts))
     # a resolved config resolves to itself: actors and resumed runs see the same numbers
     again = resolve(resolve(cfg, facts).config, facts)
@@ -160,29 +221,28 @@ def _trial(node_cpus: float, node_gpus: float, local: bool):
     return fitted, trial_bundles(fitted.train, fitted.trial_cpus)
 
 
-@pytest.mark.parametrize("node, local, bundles, want", [
+@pytest.mark.parametrize("node, local, bundles, expected", [
     # a Ray trial on a GPU node: 4 trials share it (--trials-per-node auto), each trial
     # process, learner and runner a third of 4 CPUs (the trial takes the rounding), the
     # learner a quarter of the GPU; its threads fill the 4 CPUs
     ((16, 1), False, [{"CPU": 1.34}, {"CPU": 1.33, "GPU": 0.25}, {"CPU": 1.33}],
-     (1, 4, 4, 0, 1, 1, False, 0.25)),
+     want(1, 4, 4, 1, gpus=0.25)),
     # on CPUs the reservations stay as given: 5 trials of 3 CPUs on 16
-    ((16, 0), False, [{"CPU": 1.0}, {"CPU": 1.0, "GPU": 0.0}, {"CPU": 1.0}],
-     (1, 3, 3, 0, 1, 1, True, 0.0)),
+    ((16, 0), False, [{"CPU": 1.0}, {"CPU": 1.0, "GPU": 0.0}, {"CPU": 1.0}], want(1, 3, 3, 1)),
     # a 2-CPU node: the default reservations shrink to fit, the trial's threads with them
     ((2, 0), False, [{"CPU": 0.66}, {"CPU": 0.66, "GPU": 0.0}, {"CPU": 0.66}],
-     (1, 1, 1, 0, 1, 1, True, 0.0)),
+     want(1, 1, 1, 1)),
     # a --local trial: one bundle, its threads = its CPUs (within the cores it runs on)
-    ((16, 0), True, [{"CPU": 1.0, "GPU": 0.0}], (1, 1, 1, 0, 1, 1, True, 0.0)),
-    ((16, 1), True, [{"CPU": 4.0, "GPU": 0.25}], (1, 4, 4, 0, 4, 1, False, 0.25)),
+    ((16, 0), True, [{"CPU": 1.0, "GPU": 0.0}], want(1, 1, 1, 1)),
+    ((16, 1), True, [{"CPU": 4.0, "GPU": 0.25}], want(1, 4, 4, 4, gpus=0.25)),
 ])
-def test_a_sweep_trial_resolves_inside_its_bundles(node, local, bundles, want):
+def test_a_sweep_trial_resolves_inside_its_bundles(node, local, bundles, expected):
     fitted, got = _trial(*node, local)
     assert got == bundles
     cpus = sum(b.get("CPU", 0.0) for b in got)
     # inside the trial: Ray facts are its group's CPUs; --local facts the cores it runs on
     facts = ClusterFacts(16, node[1]) if local else ClusterFacts(cpus, node[1], in_trial=True)
-    assert numbers(resolve(fitted.train, facts)) == want
+    assert numbers(resolve(fitted.train, facts)) == expected
 
 
 def test_threads_never_exceed_the_declared_cpus_with_overlap():
@@ -237,20 +297,20 @@ def _packed(node_cpus: float, node_gpus: float, asked="auto", **train):
     return trials_per_node(bundles, node), bundles, said
 
 
-@pytest.mark.parametrize("node, want", [
+@pytest.mark.parametrize("node, trials", [
     ((16, 1), 4), ((12, 1), 3), ((64, 1), 4), ((96, 8), 24), ((16, 8), 8), ((4, 1), 1),
     ((2, 1), 1), ((16, 0.5), 1),
 ])
-def test_auto_packs_a_gpu_node_one_trial_per_4_cpus_at_most_4_per_gpu(node, want):
-    assert auto_trials_per_node(*node) == want
+def test_auto_packs_a_gpu_node_one_trial_per_4_cpus_at_most_4_per_gpu(node, trials):
+    assert auto_trials_per_node(*node) == trials
     per_node, bundles, said = _packed(*node)
-    assert per_node == want, bundles
+    assert per_node == trials, bundles
     # the trials share the node evenly: GPUs per learner and CPUs per trial add up to the node
     gpus = sum(b.get("GPU", 0.0) for b in bundles)
-    assert gpus == pytest.approx(node[1] / want, abs=1e-4) and gpus * want <= node[1]
+    assert gpus == pytest.approx(node[1] / trials, abs=1e-4) and gpus * trials <= node[1]
     cpus = sum(b["CPU"] for b in bundles)
-    assert cpus * want <= node[0] + 1e-9 and cpus >= node[0] / want - 0.02
-    assert f"runs {want} trial" in said
+    assert cpus * trials <= node[0] + 1e-9 and cpus >= node[0] / trials - 0.02
+    assert f"runs {trials} trial" in said
 
 
 def test_packing_on_cpus_only_when_asked_and_never_past_what_a_node_holds():

@@ -1,7 +1,6 @@
 """--grad-shards: a minibatch's gradient summed over slices, each on one torch thread,
 is the one-pass update to float rounding, and the same numbers bit for bit however many slices
 ran at once: what lets --overlap's learner widen at a moment chosen by timing."""
-import numpy as np
 import pytest
 import torch
 
@@ -11,27 +10,14 @@ from distppo.core.rollout import RolloutBatch
 from distppo.errors import ConfigError
 from distppo.placement.shards import ShardPlan, shard_plan
 
-T, N = 16, 4  # a fixed rollout: 16 steps of 4 envs, 2 minibatches of 32 (PPO-LSTM: 2 envs)
+from helpers import ROLLOUT_ENVS as N
+from helpers import ROLLOUT_STEPS as T
+from helpers import rollout_batch
 
 
 def _cfg(algo: str, shards, **kw) -> TrainConfig:
     return TrainConfig().replace(algo=algo, num_envs=N, num_steps=T, num_minibatches=2,
                                  update_epochs=2, grad_shards=shards, **kw)
-
-
-def _batch(algo: str, valid: bool = False) -> RolloutBatch:
-    rng = np.random.default_rng(4)
-    frames = 1 if algo == "ppo_lstm" else 4
-    state = None
-    if algo == "ppo_lstm":
-        state = tuple(rng.standard_normal((1, N, 128)).astype(np.float32) * 0.1 for _ in "hc")
-    return RolloutBatch(
-        obs=rng.integers(0, 256, (T, N, frames, 84, 84), dtype=np.uint8),
-        actions=rng.integers(0, 4, (T, N)), logprobs=np.full((T, N), -1.3, np.float32),
-        values=rng.standard_normal((T, N)).astype(np.float32),
-        rewards=(rng.random((T, N)) < 0.2).astype(np.float32), dones=rng.random((T, N)) < 0.1,
-        next_value=np.zeros(N, np.float32), next_done=np.zeros(N, dtype=bool),
-        lstm_state=state, valid=(rng.random((T, N)) > 0.1) if valid else None)
 
 
 def _run(cfg: TrainConfig, batch: RolloutBatch, threads: int, **update_kw):
@@ -55,7 +41,7 @@ def test_sliced_update_gives_the_one_pass_update(algo, valid):
     with the one-pass learner's stats and weights, to float rounding; PPO-LSTM's slices are
     whole envs, and EnvPool's reset steps (valid False) stay out of every slice's loss and of
     the advantage normalisation, as in one pass."""
-    batch = _batch(algo, valid)
+    batch = rollout_batch(algo, valid)
     one_stats, one_w, one = _run(_cfg(algo, 1), batch, threads=2)
     two_stats, two_w, two = _run(_cfg(algo, 2), batch, threads=2)
     assert (one.shards.plan.count, two.shards.plan.count) == (1, 2)
@@ -71,7 +57,7 @@ def test_slices_give_the_same_numbers_one_by_one_side_by_side_or_switching(algo,
     """The same sliced update one slice at a time (1 thread), all at once (a thread each), and
     one at a time until ready() says so, then all at once (--overlap's handover): bit for bit
     the same (4 slices: their sum is taken in slice order, not in the order they finish)."""
-    batch = _batch(algo)
+    batch = rollout_batch(algo)
     cfg = _cfg(algo, shards)
     calls = []
 

@@ -4,13 +4,16 @@ reset steps left out of both (no envs, no Ray)."""
 import numpy as np
 import pytest
 import torch
-from test_shards import N, T, _batch
 
 from distppo.config import TrainConfig
 from distppo.core.learner import PPOLearner
 from distppo.core.ppo import compute_gae, normalize_advantages
 from distppo.core.shards import slices
 from distppo.core.update import minibatch_loss, minibatch_plan, prepare
+
+from helpers import ROLLOUT_ENVS as N
+from helpers import ROLLOUT_STEPS as T
+from helpers import rollout_batch
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -23,7 +26,7 @@ def _learner(algo: str) -> tuple:
 
 
 def test_flat_batch_is_time_major_with_gae_and_the_valid_mask():
-    batch = _batch("ppo_lstm", valid=True)
+    batch = rollout_batch("ppo_lstm", valid=True)
     cfg, learner = _learner("ppo_lstm")
     b = prepare(learner.agent, batch, cfg.ppo, learner.device)
     advantages, returns = compute_gae(*(torch.as_tensor(a) for a in (
@@ -53,7 +56,7 @@ def test_normalize_advantages_takes_mean_and_std_over_the_kept_rows():
 @pytest.mark.parametrize("algo,valid,count", [("ppo", False, 3), ("ppo_lstm", False, 2),
                                               ("ppo_lstm", True, 2)])
 def test_slices_of_minibatch_loss_add_up_to_the_one_pass_loss(algo, valid, count):
-    batch = _batch(algo, valid)
+    batch = rollout_batch(algo, valid)
     cfg, learner = _learner(algo)
     agent, params = learner.agent, list(learner.agent.parameters())
     b = prepare(agent, batch, cfg.ppo, learner.device)
