@@ -108,7 +108,6 @@ class Learner:
         samples after this update), the update's gradient slices take the handover's threads
         ([]: none in flight, the last iteration: from the start)."""
         faults.pause("learner_update")
-        start = time.perf_counter()
         if shares is None:
             batch = self.rollouts.popleft()
         else:
@@ -121,7 +120,7 @@ class Learner:
         if self.handover and in_flight is not None:
             ready = functools.partial(delivered, in_flight) if in_flight else lambda: True
         stats = self.core.update(batch, iteration, self.handover, ready)
-        stats["t_fetch_s"] = fetched - start
+        # what the trainer's wait beyond this goes to moving batches (t_transfer_s)
         stats["t_update_s"] = time.perf_counter() - fetched
         return stats
 
