@@ -13,6 +13,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from distppo.config import TrainConfig
+from distppo.errors import ConfigError
 from distppo.placement.shards import shard_plan
 from distppo.placement.sizing import (
     Threads,
@@ -79,6 +80,9 @@ def resolve(cfg: TrainConfig, facts: ClusterFacts) -> Placement:
 
 def _resolve_local(cfg: TrainConfig, facts: ClusterFacts) -> Placement:
     """--local: one process steps every env (one sampler for auto) and learns, in turn."""
+    if cfg.runner.runner_device == "cuda" and facts.gpus <= 0:
+        raise ConfigError("--runner-device cuda needs a GPU and this process sees none (torch "
+                          "has no usable CUDA device): drop --runner-device cuda")
     cfg = resolve_runners(resolve_act_in(cfg, facts.gpus), facts.cpus)
     cfg = cfg.replace(learner_gpus=learner_gpus(cfg, facts.gpus))
     threads = local_threads(cfg, int(facts.cpus))

@@ -202,6 +202,8 @@ def test_gpu_acting_happens_in_the_learner_where_the_learner_has_a_gpu():
         assert resolve(cfg, facts).config.runner.act_in == "runners"
     local = resolve(D.replace(runner_device="cuda", local=True), ClusterFacts(16, 1)).config
     assert local.runner.act_in == "learner"
+    with pytest.raises(ConfigError, match="--runner-device cuda needs a GPU"):
+        resolve(D.replace(runner_device="cuda", local=True), ClusterFacts(16))
     # asked for on the CPU too: the same path, which tests can compare with the runners'
     assert resolve(D.replace(act_in="learner"), ClusterFacts(2)).config.runner.act_in == \
         "learner"
