@@ -8,7 +8,8 @@ import argparse
 
 from distppo.cli.flags import add_fields, add_train_flags, check_stable_path, train_config
 from distppo.config import SweepConfig, TrainConfig, fields_where
-from distppo.errors import ConfigError, mark_resumable
+from distppo.errors import ConfigError, UserError, mark_resumable
+from distppo.telemetry.redact import redact
 
 # Set per trial by the grid or by the sweep itself, so not flags of `sweep`.
 GRID_FIELDS = fields_where(per_trial=True)
@@ -72,10 +73,32 @@ def _saved(storage: str, name: str) -> bool:
         return False
 
 
+# Where a sweep's URIs may carry no credentials, and where the tools read them instead.
+CREDENTIALS_FROM = {
+    "--storage": "the environment (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN; "
+                 "GOOGLE_APPLICATION_CREDENTIALS) or the nodes' role",
+    "--mlflow-tracking-uri": "MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD (or "
+                             "MLFLOW_TRACKING_TOKEN), which MLflow reads"}
+
+
+def refuse_credentials(args: argparse.Namespace) -> None:
+    """A sweep's URIs without credentials: Tune pickles the storage URI and the tracking
+    callbacks into the sweep's own state files (tuner.pkl, the search and experiment state),
+    which distppo does not write and so cannot mask; the credentials come from where the
+    clients look for them anyway, on every node."""
+    for flag, value in (("--storage", _where(args)[0]),
+                        ("--mlflow-tracking-uri", getattr(args, "mlflow_tracking_uri", None))):
+        if value and redact(value) != value:
+            raise UserError(f"{flag} {redact(value)} carries credentials, which would be stored "
+                            f"in the sweep's Tune state: give them through "
+                            f"{CREDENTIALS_FROM[flag]} instead")
+
+
 def _sweep(args: argparse.Namespace) -> int:
     from distppo.core.threads import set_omp_spincount
     storage, name = _where(args)
     check_stable_path(storage, "--storage")
+    refuse_credentials(args)
     config = None
     if not args.resume:
         if not args.games:

@@ -32,7 +32,7 @@ from distppo.sweep.storage import SweepStorage
 from distppo.sweep.tracking import tracking_callbacks
 from distppo.sweep.trial import run_trial
 from distppo.telemetry.progress import format_eta
-from distppo.telemetry.redact import redact, redact_text
+from distppo.telemetry.redact import redact, redact_config, redact_text
 from distppo.telemetry.trackers import check_trackers
 from distppo.testing import faults
 
@@ -187,7 +187,7 @@ def start_sweep(cfg: SweepConfig, force_unlock: bool = False) -> SweepStorage:
     trainable, lease = _prepare(cfg, storage, force_unlock)
     try:  # the lease goes back however this ends (a Ctrl-C before Tune's stop is in place too)
         faults.pause("sweep_prepared")
-        storage.write_json(SWEEP_JSON, cfg.to_dict())
+        storage.write_json(SWEEP_JSON, redact_config(cfg.to_dict()))
         tuner = tune.Tuner(
             trainable,
             param_space=param_space(cfg),
