@@ -16,6 +16,7 @@ import time
 from collections import Counter
 from typing import Optional, TextIO
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import ray
 from ray import tune
@@ -295,7 +296,13 @@ def fitted(cfg: SweepConfig, nodes: list[dict], cluster_gpus: float) -> SweepCon
 def final_report(storage: SweepStorage, stream: TextIO = sys.stdout) -> int:
     """Print where the outputs are; exit status 0 = all done, EXIT_TRIALS_FAILED = some failed
     for good, EXIT_UNFINISHED = interrupted."""
-    table = pq.read_table(storage.join(TRIALS_FILE), filesystem=storage.fs)
+    try:
+        table = pq.read_table(storage.join(TRIALS_FILE), filesystem=storage.fs)
+    except (OSError, pa.ArrowException) as exc:  # stopped before any trial was recorded
+        print(f"sweep {storage.uri}: no readable {TRIALS_FILE} ({first_line(exc)}): continue "
+              f"it with --storage {redact(storage.storage)} --name {storage.name} --resume",
+              file=sys.stderr)
+        return EXIT_UNFINISHED
     status = Counter(table["status"].to_pylist())
     print(f"sweep folder: {storage.uri}", file=stream)
     print(f"trials:       {storage.uri}/{TRIALS_FILE} ({table.num_rows} trials: "
