@@ -9,6 +9,7 @@ sweep's files (sweep.json, Tune's state, run copies), its W&B runs or MLflow par
 """
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -17,7 +18,7 @@ from pathlib import Path
 import pyarrow.fs as pafs
 import pytest
 
-from conftest import FILE_STORE, REPO, assert_one_line_error, run_cli
+from conftest import FILE_STORE, REPO, assert_one_line_error, run_cli, wandb_records
 
 TOKEN = "PLANTEDtoken7f3a9"
 TINY = ["--backend", "gym", "--num-envs", "2", "--num-steps", "8", "--num-minibatches", "2",
@@ -124,3 +125,18 @@ def test_sweep_stores_no_credential(s3_server, tmp_path):
     assert list((tmp_path / "wandb").rglob("*.wandb"))
     assert files_holding_token(tmp_path / "wandb") == []
     assert not any(TOKEN in v for v in mlflow_values(uri))
+    # the trial is tracked with the config `distppo train` logs for the same flags
+    from mlflow.tracking import MlflowClient
+    client = MlflowClient(tracking_uri=uri)
+    (run,) = client.search_runs([client.get_experiment_by_name("secret").experiment_id])
+    assert {k: run.data.params[k] for k in ("exp_name", "ppo.num_steps", "env.env_id", "seed",
+                                            "env_id")} == {
+        "exp_name": "distppo", "ppo.num_steps": "8", "env.env_id": "CartPole-v1", "seed": "1",
+        "env_id": "CartPole-v1"}
+    (wandb_run,) = [r.run for r in wandb_records(tmp_path / "wandb")
+                    if r.WhichOneof("record_type") == "run"]
+    config = {u.key: json.loads(u.value_json) for u in wandb_run.config.update}
+    assert {k: config[k] for k in ("exp_name", "env_id", "num_steps", "batch_size", "seed",
+                                   "track")} == {
+        "exp_name": "distppo", "env_id": "CartPole-v1", "num_steps": 8, "batch_size": 16,
+        "seed": 1, "track": True}
