@@ -77,6 +77,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Optional[list] = None) -> int:
     args = build_parser().parse_args(normalise_argv(sys.argv[1:] if argv is None else argv))
+    # The parsed flags keep the URIs as given; sys.argv is what libraries record about the
+    # process (W&B's run metadata, Ray's job entrypoint), so it carries them redacted.
+    sys.argv[1:] = [redact_text(arg) for arg in sys.argv[1:]]
     stop_on_sigterm()
     try:
         check_installed(args)

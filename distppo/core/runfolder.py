@@ -17,6 +17,7 @@ from distppo.envs.games import check_backend_installed
 from distppo.errors import UserError
 from distppo.telemetry.files import RunLock, clean_debris
 from distppo.telemetry.parquet import read_rows
+from distppo.telemetry.redact import given_again
 from distppo.telemetry.runinfo import default_run_name, read_config_json
 from distppo.telemetry.runlayout import RunPaths
 from distppo.telemetry.trackers import check_trackers
@@ -46,6 +47,8 @@ def prepare_run(cfg: TrainConfig, resume: Optional[str] = None,
         if not os.path.isdir(resume):
             raise UserError(f"--resume {resume}: no such run folder")
         stored, run_id = stored or read_config_json(resume)
+        stored = stored.replace(**given_again(stored.flat(), given or {},
+                                              RunPaths(resume).config_json))
         state = load_checkpoint(latest_checkpoint(resume))
         cfg, changed = stored.resumed(given or {})
         paths = RunPaths(os.path.abspath(resume), run_id)

@@ -124,8 +124,17 @@ def _read(fs: pafs.FileSystem, path: str, uri: str, what: str, required, optiona
 
 
 def load(uri: str) -> Sweep:
-    """The sweep at `uri`; UserError (one line) when it is absent or malformed."""
+    """The sweep at `uri`; UserError (one line) when it is absent, malformed or cannot be
+    read (the storage refuses or does not answer: the file system's own error, first line)."""
     uri = uri.rstrip("/")
+    try:
+        return _load(uri)
+    except (OSError, pa.ArrowException) as exc:
+        raise UserError(f"cannot read sweep {uri}: {first_line(exc)}: check the URI, the "
+                        "storage's credentials and that it answers") from None
+
+
+def _load(uri: str) -> Sweep:
     fs, root = filesystem(uri, "cannot open sweep")
     info = fs.get_file_info(root)
     if info.type != pafs.FileType.Directory:

@@ -16,6 +16,7 @@ import time
 from collections import Counter
 from typing import Optional, TextIO
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import ray
 from ray import tune
@@ -33,7 +34,7 @@ from distppo.sweep.storage import SweepStorage
 from distppo.sweep.tracking import tracking_callbacks
 from distppo.sweep.trial import run_trial
 from distppo.telemetry.progress import format_eta
-from distppo.telemetry.redact import redact, redact_text
+from distppo.telemetry.redact import redact, redact_config, redact_text
 from distppo.telemetry.trackers import check_trackers
 from distppo.testing import faults
 
@@ -192,7 +193,7 @@ def start_sweep(cfg: SweepConfig, force_unlock: bool = False) -> SweepStorage:
     trainable, lease = _prepare(cfg, storage, force_unlock)
     try:  # the lease goes back however this ends (a Ctrl-C before Tune's stop is in place too)
         faults.pause("sweep_prepared")
-        storage.write_json(SWEEP_JSON, cfg.to_dict())
+        storage.write_json(SWEEP_JSON, redact_config(cfg.to_dict()))
         tuner = tune.Tuner(
             trainable,
             param_space=param_space(cfg),
@@ -300,7 +301,13 @@ def fitted(cfg: SweepConfig, nodes: list[dict], cluster_gpus: float) -> SweepCon
 def final_report(storage: SweepStorage, stream: TextIO = sys.stdout) -> int:
     """Print where the outputs are; exit status 0 = all done, EXIT_TRIALS_FAILED = some failed
     for good, EXIT_UNFINISHED = interrupted."""
-    table = pq.read_table(storage.join(TRIALS_FILE), filesystem=storage.fs)
+    try:
+        table = pq.read_table(storage.join(TRIALS_FILE), filesystem=storage.fs)
+    except (OSError, pa.ArrowException) as exc:  # stopped before any trial was recorded
+        print(f"sweep {storage.uri}: no readable {TRIALS_FILE} ({first_line(exc)}): continue "
+              f"it with --storage {redact(storage.storage)} --name {storage.name} --resume",
+              file=sys.stderr)
+        return EXIT_UNFINISHED
     status = Counter(table["status"].to_pylist())
     print(f"sweep folder: {storage.uri}", file=stream)
     print(f"trials:       {storage.uri}/{TRIALS_FILE} ({table.num_rows} trials: "

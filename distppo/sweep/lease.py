@@ -31,12 +31,13 @@ import os
 import socket
 import sys
 import time
+import uuid
 from dataclasses import dataclass
 from typing import Callable, Optional
 
 from distppo.errors import UserError
 from distppo.sweep.layout import first_line
-from distppo.sweep.objlease import ObjectLease, parse, ttl_of
+from distppo.sweep.objlease import ObjectLease, check_conditions, parse, ttl_of
 from distppo.telemetry.files import NO_LOCK_ERRNOS
 
 LEASE_NAME = ".sweep.lease"
@@ -75,8 +76,11 @@ def acquire(storage, force: bool = False, on_lost: Optional[Callable[[str], None
                              storage.uri)
     if scheme in ("s3", "gs", "gcs"):  # pyarrow reads gcs:// as gs://
         from distppo.sweep.leasestores import GcsStore, S3Store
-        store = (S3Store if scheme == "s3" else GcsStore)(storage, storage.join(LEASE_NAME))
+        kind = S3Store if scheme == "s3" else GcsStore
+        store = kind(storage, storage.join(LEASE_NAME))
         try:
+            check_conditions(kind(storage, storage.join(f"{LEASE_NAME}.probe-{uuid.uuid4().hex}")),
+                             storage.uri)
             return ObjectLease(store, storage.uri, _holder(), LEASE_TTL_S, force,
                                lambda holder: _refusal(storage.uri, holder), on_lost)
         except UserError:

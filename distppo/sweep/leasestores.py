@@ -39,6 +39,7 @@ def _age(date_header: Optional[str], written: datetime) -> Optional[float]:
 
 class S3Store:
     PRECONDITION = ("PreconditionFailed", "412", "ConditionalRequestConflict", "NoSuchKey", "404")
+    NO_SUCH_VERSION = '"ffffffffffffffffffffffffffffffff"'  # an ETag no write gets here
 
     def __init__(self, storage, path: str) -> None:
         try:  # S3 storage only; botocore has the conditional writes since 1.35
@@ -85,11 +86,18 @@ class S3Store:
         return Seen(parse(got["Body"].read()), got["ETag"], _age(date, got["LastModified"]))
 
     def delete(self, version: str) -> None:
-        self.s3.delete_object(Bucket=self.bucket, Key=self.key)
+        """Only `version`: a lease another driver took in the meantime stays (S3's conditional
+        DeleteObject); a version already replaced or gone is not an error."""
+        try:
+            self.s3.delete_object(Bucket=self.bucket, Key=self.key, IfMatch=version)
+        except self._error as exc:
+            if exc.response.get("Error", {}).get("Code", "") not in self.PRECONDITION:
+                raise
 
 
 class GcsStore:
     API = "https://storage.googleapis.com"
+    NO_SUCH_VERSION = "1"  # generations are microsecond timestamps: never 1
 
     def __init__(self, storage, path: str) -> None:
         try:

@@ -27,6 +27,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Optional
 
+from distppo.errors import UserError
 from distppo.sweep.layout import first_line
 
 EXIT_LEASE_LOST = 4
@@ -83,6 +84,31 @@ def exit_lost(line: str) -> None:
     os._exit(EXIT_LEASE_LOST)
 
 
+def check_conditions(probe, uri: str) -> None:
+    """The start-up self-test of the conditional writes the lease stands on, on a scratch
+    object of its own (`probe`: a store of leasestores): a second create-if-absent and a
+    replace of a version that is not there must both be refused. An S3-compatible endpoint
+    that ignores If-None-Match / If-Match would let two drivers each believe they hold the
+    lease: refused in one line (UserError) instead."""
+    version = probe.create(b"{}")
+    try:
+        for header, write in (("If-None-Match", lambda: probe.create(b"{}")),
+                              ("If-Match", lambda: probe.replace(probe.NO_SUCH_VERSION, b"{}"))):
+            try:
+                version = write()
+            except Taken:
+                continue
+            raise UserError(f"storage {uri} ignores {header} on writes (a conditional write "
+                            "that had to fail succeeded), so the sweep's lease cannot keep two "
+                            "drivers apart: use a storage with conditional writes (AWS S3, "
+                            "GCS, MinIO)")
+    finally:
+        try:
+            probe.delete(version)
+        except Exception:  # noqa: BLE001 - a scratch object left behind holds no lease
+            pass
+
+
 class ObjectLease:
     """A lease held through `store` (leasestores.S3Store / GcsStore), renewed by a thread and
     watched by another, which ends the driver (`on_lost`) when it cannot be kept."""
@@ -107,18 +133,30 @@ class ObjectLease:
     def token(self) -> str:
         return self.holder["owner"]
 
-    def _write(self, version: Optional[str]) -> str:
-        """Create (version None) or replace `version`; the holder's deadline moves on success."""
+    def _write(self, version: Optional[str], adopt: bool = False) -> str:
+        """Create (version None) or replace `version`; the holder's deadline moves on success.
+        With `adopt` (taking the lease), a write refused (Taken) that put this holder's own
+        token there is kept: the client retried a write whose answer was lost (botocore does),
+        and the retry's condition failed on the first attempt's own object, sent after
+        `sent`. (Renewals go through _adopt, which keeps the older deadline: there the object
+        may be from an earlier call.)"""
         sent = time.monotonic()
         body = json.dumps(dict(self.holder, expires=time.time() + self.ttl_s)).encode()
-        new = self.store.create(body) if version is None else self.store.replace(version, body)
+        try:
+            new = self.store.create(body) if version is None else self.store.replace(version,
+                                                                                     body)
+        except Taken:
+            seen = self.store.read() if adopt else None
+            if seen is None or seen.holder.get("owner") != self.token:
+                raise
+            new = seen.version
         self._deadline = sent + self.ttl_s - self.ttl_s / 6
         return new
 
     def _take(self, force: bool, refusal) -> str:
         for _ in range(3):  # a lease released between our create and our read: create again
             try:
-                return self._write(None)
+                return self._write(None, adopt=True)
             except Taken:
                 pass
             seen = self.store.read()
@@ -127,7 +165,7 @@ class ObjectLease:
             if not force and not expired(seen, self.ttl_s):
                 raise refusal(seen.holder)
             try:  # expired or forced: take it over, unless another driver did so first
-                return self._write(seen.version)
+                return self._write(seen.version, adopt=True)
             except Taken:
                 raise refusal(seen.holder) from None
         raise refusal({})

@@ -11,6 +11,9 @@ none of them.
 from __future__ import annotations
 
 import re
+from typing import Mapping
+
+from distppo.errors import UserError
 
 MASK = "***"
 # query keys whose values are secrets: pyarrow's S3 options (access_key, secret_key,
@@ -57,3 +60,40 @@ def redact(uri: str) -> str:
 def redact_text(text: str) -> str:
     """Every URI inside a line of text (an error message that quotes one) redacted."""
     return URI_IN_TEXT.sub(lambda m: redact(m.group(0)), text)
+
+
+def redact_config(value):
+    """A config as distppo stores it (config.json, sweep.json, TensorBoard's hyperparameter
+    text, the W&B config, MLflow params): every string with its URIs redacted, at any depth.
+    The one function every such writer calls, so no stored file keeps a credential; the
+    process itself keeps the URI as given."""
+    if isinstance(value, str):
+        return redact_text(value)
+    if isinstance(value, Mapping):
+        return {key: redact_config(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(redact_config(item) for item in value)
+    return value
+
+
+def masked(value) -> bool:
+    """Whether a stored value had credentials masked by redact (`//***@` or `=***`)."""
+    return isinstance(value, str) and (f"//{MASK}@" in value or f"={MASK}" in value)
+
+
+def given_again(stored: Mapping, given: Mapping, source: str) -> dict:
+    """The values of a stored flat config that were masked when stored, as `given` supplies
+    them again (a value that redacts to the stored one); a masked value not given is a
+    UserError naming the flag, since a run cannot go on with `***` for a credential."""
+    out = {}
+    for key, value in stored.items():
+        if not masked(value):
+            continue
+        again = given.get(key)
+        if isinstance(again, str) and redact_text(again) == value:
+            out[key] = again
+        elif again is None:
+            flag = "--" + key.replace("_", "-")
+            raise UserError(f"{source} holds {flag} {value} with its credentials masked: give "
+                            f"{flag} again with them")
+    return out

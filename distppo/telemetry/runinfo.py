@@ -13,6 +13,7 @@ from distppo.envs.games import episode_limit
 from distppo.errors import ConfigError, UserError
 from distppo.telemetry.files import atomic_write
 from distppo.telemetry.provenance import git_commit, provenance
+from distppo.telemetry.redact import redact_config
 from distppo.telemetry.runlayout import CONFIG_JSON, RunPaths
 
 LIBRARIES = ("torch", "ray", "ale-py", "envpool", "gymnasium", "numpy", "pyarrow")
@@ -76,7 +77,8 @@ def record_resume(path: str, cfg: TrainConfig, iteration: int, changed: dict) ->
 
 
 def _write(path: str, record: dict) -> None:
-    atomic_write(path, json.dumps(record, indent=2).encode())
+    # URIs masked: config.json is shared with results; --resume asks for a masked one again
+    atomic_write(path, json.dumps(redact_config(record), indent=2).encode())
 
 
 def read_config_json(run_dir: str) -> tuple[TrainConfig, str]:

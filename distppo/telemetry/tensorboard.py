@@ -16,6 +16,7 @@ import os
 import time
 from typing import Iterable, Mapping, Optional
 
+from distppo.telemetry.redact import redact_config
 from distppo.telemetry.schema import LOSS_COLUMNS, PHASES
 
 # TensorBoard scalar -> row column, with CleanRL's names (reference/hyperparameters.md section 6).
@@ -65,7 +66,7 @@ class TensorBoardWriter:
 
     def add_hparams_text(self, config: Mapping) -> None:
         """The "hyperparameters" text entry: a markdown table of every setting, as in CleanRL."""
-        table = "\n".join(f"|{k}|{v}|" for k, v in flatten(config).items())
+        table = "\n".join(f"|{k}|{v}|" for k, v in flatten(redact_config(config)).items())
         self._events.write_event(self._event(wall_time=time.time(), summary=self._text_summary(
             "hyperparameters", f"|param|value|\n|-|-|\n{table}")))
 

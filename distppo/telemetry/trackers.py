@@ -25,7 +25,7 @@ from typing import Iterable, Mapping, Optional, Protocol
 from distppo.config import TrainConfig
 from distppo.errors import ConfigError, UserError, install_hint
 from distppo.telemetry.files import atomic_write
-from distppo.telemetry.redact import redact
+from distppo.telemetry.redact import redact, redact_config
 from distppo.telemetry.tensorboard import TB_SCALARS, flatten
 
 TRACKING_JSON = "tracking.json"
@@ -111,8 +111,14 @@ class SkipLogged:
 def wandb_config(cfg: TrainConfig) -> dict:
     """CleanRL's `config=vars(args)`: every flag by its flat name, plus the sizes CleanRL's
     Args fills in at runtime."""
-    return {**cfg.flat(), "batch_size": cfg.batch_size, "minibatch_size": cfg.minibatch_size,
-            "num_iterations": cfg.num_iterations}
+    return redact_config({**cfg.flat(), "batch_size": cfg.batch_size,
+                          "minibatch_size": cfg.minibatch_size,
+                          "num_iterations": cfg.num_iterations})
+
+
+def mlflow_params(cfg: TrainConfig) -> dict[str, str]:
+    """MLflow's params: every setting under its dotted section name (ppo.num_steps), as text."""
+    return {key: str(value) for key, value in flatten(redact_config(cfg.to_dict())).items()}
 
 
 def close_all(trackers: list[Tracker], ok: bool) -> None:
@@ -181,7 +187,7 @@ class MlflowTracker:
         run = self.client.create_run(experiment_id, run_name=run_id,
                                      tags={"distppo.run_id": run_id})
         self.run_id = run.info.run_id
-        params = [Param(k, str(v)) for k, v in flatten(cfg.to_dict()).items()]
+        params = [Param(k, v) for k, v in mlflow_params(cfg).items()]
         self.client.log_batch(self.run_id, params=params)
 
     def log(self, row: Mapping, episodes: Iterable[tuple[float, float]]) -> None:

@@ -141,3 +141,56 @@ def test_missing_extra_hint_installs_from_the_checkout(tmp_path, blocked, args, 
                           capture_output=True, text=True, timeout=120, cwd=REPO)
     assert_one_line_error(proc, needle, "not on PyPI")
     assert "distppo[" not in proc.stderr
+
+
+# --- sweep and report: one line where there was a traceback -----------------------------------
+
+def test_report_on_storage_that_does_not_answer_is_one_line(tmp_path):
+    from distppo.testing.ports import free_ports
+    (port,) = free_ports(1)  # nothing listens there
+    env = {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_ACCESS_KEY_ID": "x",
+           "AWS_SECRET_ACCESS_KEY": "y", "AWS_DEFAULT_REGION": "us-east-1",
+           "AWS_EC2_METADATA_DISABLED": "true"}
+    proc = run_cli("report", "s3://bucket/sweeps/s", "--no-plots", "--out", tmp_path / "r",
+                   env=env, timeout=120)
+    assert_one_line_error(proc, "cannot read sweep s3://bucket/sweeps/s", "answers")
+    assert not (tmp_path / "r").exists()
+
+
+def test_final_report_without_trials_file_is_one_line(tmp_path, capsys):
+    from distppo.sweep.driver import EXIT_UNFINISHED, final_report
+    from distppo.sweep.storage import SweepStorage
+    (tmp_path / "s").mkdir()
+    assert final_report(SweepStorage(str(tmp_path), "s")) == EXIT_UNFINISHED
+    out, err = capsys.readouterr()
+    assert out == "" and len(err.strip().splitlines()) == 1, err
+    assert "no readable trials.parquet" in err and f"--storage {tmp_path} --name s --resume" in err
+
+
+def test_sweep_resume_names_the_flags_it_ignores(tmp_path):
+    """The stored settings win on --resume: flags given with other values are named in one
+    line (the same values, as a job retry repeats its command, are not); nothing is run."""
+    from distppo.config import SweepConfig, TrainConfig
+    from distppo.sweep.storage import SweepStorage
+    train = TrainConfig().replace(backend="gym", num_envs=2, num_steps=16, num_minibatches=2,
+                                  total_timesteps=64)
+    sweep = SweepConfig(train=train, games=("CartPole-v1",), seeds=(1, 2),
+                        storage=str(tmp_path), name="s")
+    storage = SweepStorage(str(tmp_path), "s")
+    storage.fs.create_dir(storage.location)
+    storage.write_json("sweep.json", sweep.to_dict())
+    same = ["--games", "CartPole-v1", "--seeds", "1", "2", "--backend", "gym", "--num-envs",
+            "2", "--num-steps", "16", "--num-minibatches", "2"]
+    proc = run_cli("sweep", "--storage", tmp_path, "--name", "s", "--resume", *same,
+                   "--total-timesteps", "128", "--algo", "ppo", "ppo_lstm", "--max-failures",
+                   "5", timeout=120)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert lines[0] == ("distppo sweep: --resume continues with the sweep's stored settings; "
+                        "ignored: --algo ppo ppo_lstm (stored ppo), --max-failures 5 (stored "
+                        "2), --total-timesteps 128 (stored 64)"), lines[0]
+    # without Tune's state there is no sweep to resume: that is the one error, nothing runs
+    assert len(lines) == 2 and "holds no sweep" in lines[1], lines
+    quiet = run_cli("sweep", "--storage", tmp_path, "--name", "s", "--resume", *same,
+                    timeout=120)
+    assert "ignored" not in quiet.stderr and len(quiet.stderr.strip().splitlines()) == 1

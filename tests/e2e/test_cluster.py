@@ -262,7 +262,12 @@ def test_launcher_config_security_and_setup(name):
     assert config["file_mounts"]["~/distppo"] == "." and config["rsync_filter"] == [".gitignore"]
     for commands in (config["head_setup_commands"], config["worker_setup_commands"],
                      config["available_node_types"]["cpu_worker"]["worker_setup_commands"]):
-        assert commands[-1] == "pip install --quiet -e \"$HOME/distppo[train]\""
+        assert commands[-1] == ("pip install --quiet -c \"$HOME/distppo/constraints.txt\" "
+                                "-e \"$HOME/distppo[train]\"")
+        # every install takes the versions the suite passed with, torch's included
+        installs = [c for c in commands if "pip install" in c]
+        assert len(installs) == 2 and all(
+            '-c "$HOME/distppo/constraints.txt" ' in c for c in installs), installs
     text = (CLUSTER / name).read_text()
     assert "0.0.0.0" not in text
     for pattern in CREDENTIAL_PATTERNS:
@@ -384,6 +389,25 @@ def assert_ray_cluster_spec(spec: dict) -> None:
     gpu = next(g for g in groups if g["groupName"] == "gpu")
     limits = gpu["template"]["spec"]["containers"][0]["resources"]["limits"]
     assert int(limits["nvidia.com/gpu"]) >= 1
+
+
+def test_image_installs_with_the_constraints_on_the_python_they_need():
+    """The KubeRay image installs every package with constraints.txt, on a Python the pins
+    install on; the README, pyproject.toml and constraints.txt's header name the same one."""
+    dockerfile = (CLUSTER / "Dockerfile").read_text()
+    run = " ".join(line.strip(" \\") for line in dockerfile.splitlines()
+                   if not line.startswith("#") and "FROM" not in line)
+    installs = [part for part in run.split("&&") if "pip install" in part]
+    assert len(installs) == 2, installs
+    for part in installs:
+        assert "-c /home/ray/distppo/constraints.txt" in part, part
+    (python,) = re.findall(r"^FROM rayproject/ray:[\d.]+-py3(\d+)-gpu$", dockerfile, re.M)
+    pyproject = (Path(REPO) / "pyproject.toml").read_text()
+    (least,) = re.findall(r'^requires-python = ">=3\.(\d+)"$', pyproject, re.M)
+    assert int(python) >= int(least) == 11
+    assert "Python 3.11+" in (Path(REPO) / "README.md").read_text()
+    header = (Path(REPO) / "constraints.txt").read_text().splitlines()[0]
+    assert "(Python 3.11," in header, header
 
 
 def test_kuberay_manifests_carry_what_kuberay_requires():

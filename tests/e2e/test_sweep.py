@@ -117,12 +117,25 @@ def test_grid_finishes_with_declared_schemas_and_tracks(ray_cluster, tmp_path, m
         sps = mlflow_metric(client, run.info.run_id, "charts/SPS")
         assert_points(sps, mine["global_step"], mine["sps"])
         assert run.data.params["env_id"] == trial_id.split("__")[0]
+        # the params `distppo train` logs for the same flags, beside Tune's grid point
+        params = run.data.params
+        assert (params["exp_name"], params["ppo.num_steps"], params["env.env_id"]) == (
+            "distppo", "16", trial_id.split("__")[0])
+        assert params["seed"] == trial_id.split("__")[2] and params["algo"] == "ppo"
     assert not list((sweep_dir / "runs").glob("**/tracking.json"))
     wandb_runs = [wandb_records(p) for p in tmp_path.glob("**/offline-run-*")]
     assert len(wandb_runs) == 4
     for records in wandb_runs:
         steps = [h["global_step"] for h in wandb_history(records) if "global_step" in h]
         assert steps == [32, 64], [r.WhichOneof("record_type") for r in records]
+        # CleanRL's flat `vars(args)`, as `distppo train --track` logs it
+        (run,) = [r.run for r in records if r.WhichOneof("record_type") == "run"]
+        config = {u.key: json.loads(u.value_json) for u in run.config.update}
+        assert {k: config[k] for k in ("exp_name", "num_steps", "num_envs", "batch_size",
+                                       "track", "algo")} == {
+            "exp_name": "distppo", "num_steps": 16, "num_envs": 2, "batch_size": 32,
+            "track": True, "algo": "ppo"}
+        assert config["env_id"] in ("CartPole-v1", "Acrobot-v1")
     # no value is a null in both sweep files (Acrobot ends no game in 64 steps), and every
     # engine aggregates them alike
     assert_engines_agree(sweep_dir / "iterations.parquet", must_have_nulls=(

@@ -159,6 +159,67 @@ def test_s3_renewal_whose_answer_was_lost_keeps_the_lease(s3):
     lease.release()
 
 
+def test_s3_create_retried_after_a_lost_answer_keeps_its_own_lease(s3):
+    # botocore retries a PUT whose answer was lost: the retry's If-None-Match fails on the
+    # object the first attempt wrote. Both PUTs here are real; the lease is still taken.
+    from distppo.sweep.leasestores import S3Store
+    from distppo.sweep.objlease import ObjectLease
+    storage = SweepStorage("s3://sweeps-bucket/sweeps", "retried")
+
+    class RetriedCreate(S3Store):
+        retried = 0
+
+        def create(self, body):
+            super().create(body)  # written; its answer lost
+            self.retried += 1
+            return super().create(body)  # the retry: 412 on our own object
+
+    store = RetriedCreate(storage, storage.join(sweep_lease.LEASE_NAME))
+    lease = ObjectLease(store, storage.uri, sweep_lease._holder(), 2 * TTL, False,
+                        lambda holder: UserError(f"refused {holder}"), pytest.fail)
+    assert store.retried == 1 and store.read().version == lease.version
+    assert store.read().holder["owner"] == lease.token
+    lease.release()
+    assert store.read() is None
+
+
+def test_s3_release_deletes_only_its_own_version(s3):
+    # S3's conditional DeleteObject (If-Match): a lease replaced by another driver stays
+    from distppo.sweep.leasestores import S3Store
+    storage = SweepStorage("s3://sweeps-bucket/sweeps", "release")
+    store = S3Store(storage, storage.join(sweep_lease.LEASE_NAME))
+    ours = store.create(b'{"owner": "a"}')
+    theirs = store.replace(ours, b'{"owner": "b"}')
+    store.delete(ours)
+    assert store.read().holder == {"owner": "b"}
+    store.delete(theirs)
+    assert store.read() is None
+    store.delete(theirs)  # already gone: nothing to do
+
+
+@pytest.mark.parametrize("ignored", ["If-None-Match", "If-Match"])
+def test_endpoint_that_ignores_preconditions_is_refused_in_one_line(s3, monkeypatch, ignored):
+    """An S3-compatible endpoint that drops one of the conditions (the writes themselves
+    real, on moto): the start-up self-test refuses the sweep before any lease is taken."""
+    from distppo.sweep import leasestores
+
+    class Ignores(leasestores.S3Store):
+        def create(self, body):
+            return self._put(body) if ignored == "If-None-Match" else super().create(body)
+
+        def replace(self, version, body):
+            return self._put(body) if ignored == "If-Match" else super().replace(version, body)
+
+    monkeypatch.setattr(leasestores, "S3Store", Ignores)
+    storage = SweepStorage("s3://sweeps-bucket/sweeps", f"ignores-{ignored.lower()}")
+    with pytest.raises(UserError, match=f"ignores {ignored} on writes") as refused:
+        sweep_lease.acquire(storage, on_lost=pytest.fail)
+    assert "\n" not in str(refused.value)
+    fs, _ = s3
+    assert fs.get_file_info(pafs.FileSelector(f"sweeps-bucket/sweeps/{storage.name}",
+                                              allow_not_found=True)) == []
+
+
 # --- uploads carry the lease's generation -----------------------------------------------------
 
 def test_upload_of_a_demoted_driver_is_refused_even_mid_copy(s3, tmp_path):
