@@ -182,11 +182,13 @@ def s3_server():
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0)
     server.start()
     host, port = server.get_host_and_port()
-    creds = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+    # distinctive values (moto takes any), so a test can look for them in stored files
+    creds = {"AWS_ACCESS_KEY_ID": "AKIDDISTPPOTEST", "AWS_SECRET_ACCESS_KEY": "distppo-s3-secret",
              "AWS_DEFAULT_REGION": "us-east-1", "AWS_ENDPOINT_URL": f"http://{host}:{port}",
              "AWS_EC2_METADATA_DISABLED": "true"}  # never look for the cloud's metadata service
     fs = pafs.S3FileSystem(endpoint_override=f"{host}:{port}", scheme="http", region="us-east-1",
-                           access_key="testing", secret_key="testing", allow_bucket_creation=True)
+                           access_key=creds["AWS_ACCESS_KEY_ID"],
+                           secret_key=creds["AWS_SECRET_ACCESS_KEY"], allow_bucket_creation=True)
     for bucket in ("sweeps-bucket", "status-bucket"):
         fs.create_dir(bucket)
     yield fs, creds

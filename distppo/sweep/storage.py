@@ -42,10 +42,10 @@ class SweepStorage:
     never from files: only the URI string is stored, in Tune's state and in sweep.json.
     """
 
-    def __init__(self, storage: str, name: str) -> None:
+    def __init__(self, storage: str, name: str, answer_s: Optional[float] = None) -> None:
         self.storage = absolute(storage)
         self.name = name
-        self.fs, root = filesystem(self.storage)
+        self.fs, root = filesystem(self.storage, answer_s=answer_s)
         self.path = posixpath.join(root, name)
 
     @classmethod

@@ -11,6 +11,7 @@ import errno
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -28,7 +29,7 @@ from distppo.sweep.objlease import CLOCK_GRAIN_S
 from distppo.sweep.storage import SweepStorage
 
 from conftest import LEASE_HOLDER as HOLD
-from conftest import REPO, assert_one_line_error, run_cli
+from conftest import REPO, LiveCli, assert_one_line_error, run_cli
 
 
 def hold_lease(storage: str, name: str, env=None) -> subprocess.Popen:
@@ -251,6 +252,63 @@ def test_corrupt_newest_copy_falls_back(ray_cluster, tmp_path):
     record = json.loads((copies / "000003" / "trial.json").read_text())
     assert record["resumed_from"] == [0, 1] and record["skipped_copies"] == ["000002"]
     assert sorted(p.name for p in copies.iterdir()) == ["000002", "000003"]
+
+
+# --- 5. Tune's state damaged: one line, and a rebuild from sweep.json continues the sweep -------
+
+@pytest.mark.slow
+def test_truncated_tune_state_is_one_line_and_rebuilt(ray_cluster, tmp_path):
+    args = ["sweep", "--games", "CartPole-v1", "--seeds", "4", *TINY, "--total-timesteps", "96",
+            "--max-failures", "0", "--storage", tmp_path, "--name", "torn"]
+    failed = run_cli(*args, timeout=300, env={"DISTPPO_FAULT_ITERATION": "3"})
+    assert failed.returncode == 3, failed.stderr[-3000:]  # stopped at iteration 3 of 3
+    sweep_dir = tmp_path / "torn"
+    state = sweep_dir / "tuner.pkl"
+    state.write_bytes(state.read_bytes()[:40])  # a write cut short
+    again = ["sweep", "--storage", tmp_path, "--name", "torn", "--resume"]
+    proc = run_cli(*again, timeout=300)
+    assert_one_line_error(proc, "Tune's state in", "cannot be loaded", "--rebuild-tune-state")
+    assert proc.returncode == 2
+    proc = run_cli(*again, "--rebuild-tune-state", timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert_complete(pq.read_table(sweep_dir / "iterations.parquet"),
+                    pq.read_table(sweep_dir / "trials.parquet"), n_iterations=3)
+    record = json.loads((sweep_dir / "runs" / "CartPole-v1__ppo__4" / "000003" / "trial.json")
+                        .read_text())
+    assert record["resumed_from"] == [0, 2]  # from its run copy, not from iteration 0
+    # the rebuilt state is whole: the next resume loads it (and runs nothing: all done)
+    proc = run_cli(*again, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+# --- 6. a storage that does not answer -----------------------------------------------------------
+
+def test_silent_storage_is_one_line_and_sigterm_stops_the_driver(tmp_path):
+    """A loopback port that takes connections and never answers stands in for an endpoint that
+    hangs: one line naming the storage and the variable to check, within the time allowed;
+    and a driver waiting on it stops at SIGTERM, as one stopped anywhere else does (exit 143)."""
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(64)
+    env = {"STORAGE_EMULATOR_HOST": f"http://127.0.0.1:{silent.getsockname()[1]}",
+           "DISTPPO_STORAGE_TIMEOUT_S": "5"}
+    try:
+        started = time.monotonic()
+        proc = run_cli("status", "gs://bkt/sweeps/x", timeout=120, env=env)
+        assert_one_line_error(proc, "gs://bkt/sweeps/x", "did not answer within 5 s",
+                              "STORAGE_EMULATOR_HOST")
+        assert time.monotonic() - started < 60, "the storage's retries were waited out"
+        with LiveCli(tmp_path / "driver.log", "sweep", "--games", "CartPole-v1", *TINY,
+                     "--storage", "gs://bkt/sweeps", "--name", "x",
+                     env=dict(env, DISTPPO_STORAGE_TIMEOUT_S="600")) as live:
+            time.sleep(25)  # past its imports: waiting on the storage
+            live.assert_alive()
+            live.proc.send_signal(signal.SIGTERM)
+            live.proc.wait(timeout=15)
+            assert live.proc.returncode == 143, live.output()[-3000:]
+            assert "Traceback" not in live.output(), live.output()[-3000:]
+    finally:
+        silent.close()
 
 
 # --- 7. the chaos soak, short ------------------------------------------------------------------
