@@ -40,8 +40,8 @@ KEEP_COPIES = 2  # run copies kept per trial
 # not answer included) before it gives up: google-cloud-cpp's own default is 15 minutes.
 GCS_RETRY_LIMIT_S = 60
 # How long a storage has to answer its first request (a look at the sweep folder) before the
-# command gives up in one line; the variable lets a slow private endpoint have longer.
-ANSWER_TIMEOUT_S = float(os.environ.get("DISTPPO_STORAGE_TIMEOUT_S", "20"))
+# command gives up in one line; DISTPPO_STORAGE_TIMEOUT_S lets a slow private endpoint have longer.
+ANSWER_TIMEOUT_S = 20.0
 # What decides where each scheme's requests go and with which credentials.
 WHERE_TO_LOOK = {
     "gs": "STORAGE_EMULATOR_HOST (an emulator or a private endpoint) and the Google credentials",
@@ -60,7 +60,8 @@ def filesystem(uri: str, what: str = "--storage",
                answer_s: Optional[float] = None) -> tuple[pafs.FileSystem, str]:
     """(file system, path inside it) of a local folder or any URI pyarrow resolves (s3://,
     gs://, file://), once it has answered a first request; a one-line UserError when the URI
-    cannot be resolved or the storage does not answer within `answer_s` (ANSWER_TIMEOUT_S).
+    cannot be resolved or the storage does not answer within `answer_s` (default:
+    DISTPPO_STORAGE_TIMEOUT_S, else ANSWER_TIMEOUT_S).
 
     gs:// follows STORAGE_EMULATOR_HOST as Google's own clients do (an emulator or a private
     endpoint, no credentials), as s3:// follows AWS_ENDPOINT_URL in Arrow itself."""
@@ -69,8 +70,16 @@ def filesystem(uri: str, what: str = "--storage",
     except (pa.ArrowException, OSError, ValueError) as exc:
         raise UserError(f"{what} {uri}: {first_line(exc)}") from None
     _answers(lambda: fs.get_file_info(path), uri, what,
-             ANSWER_TIMEOUT_S if answer_s is None else answer_s)
+             _answer_timeout() if answer_s is None else answer_s)
     return fs, path
+
+
+def _answer_timeout() -> float:
+    text = os.environ.get("DISTPPO_STORAGE_TIMEOUT_S", "")
+    try:
+        return float(text) if text else ANSWER_TIMEOUT_S
+    except ValueError:
+        raise UserError(f"DISTPPO_STORAGE_TIMEOUT_S={text!r}: give a number of seconds") from None
 
 
 def _answers(request, uri: str, what: str, answer_s: float) -> None:
