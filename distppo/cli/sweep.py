@@ -23,6 +23,7 @@ from distppo.telemetry.redact import redact, redact_text
 GRID_FIELDS = fields_where(per_trial=True)
 # The settings a --resume takes from its flags; every other one is the stored sweep's.
 RESUME_APPLIES = ("storage", "name", "omp_spincount")
+SAVED_LOOK_S = 3.0  # how long a stopped sweep waits on its storage to say how to resume
 
 
 def add_parser(sub) -> None:
@@ -32,6 +33,11 @@ def add_parser(sub) -> None:
                        help="continue the sweep in <storage>/<name>: finished trials stay, the "
                             "rest resume from their last checkpoint; its stored settings win "
                             "(other flags given that differ are named and ignored)")
+    group.add_argument("--rebuild-tune-state", action="store_true", default=False,
+                       help="with --resume: start Tune afresh from the sweep's sweep.json when "
+                            "its saved state cannot be loaded (damaged, or from another Ray); "
+                            "finished trials stay finished, the rest continue from their newest "
+                            "run copy")
     group.add_argument("--force-unlock", action="store_true", default=False,
                        help="take the sweep's lease from a driver that died without releasing "
                             "it (S3, GCS: before its ttl passes); never while that driver still "
@@ -79,7 +85,8 @@ def _saved(storage: str, name: str) -> bool:
     Without Ray or Tune: a Ctrl-C may have cut their import short."""
     from distppo.sweep.storage import SweepStorage
     try:
-        return SweepStorage(storage, name).holds_sweep()
+        # briefly: a stop while the storage did not answer must not wait for it again
+        return SweepStorage(storage, name, answer_s=SAVED_LOOK_S).holds_sweep()
     except Exception:  # noqa: BLE001 - the stop is what to report, not this look
         return False
 
@@ -140,6 +147,8 @@ def _sweep(args: argparse.Namespace) -> int:
     check_stable_path(storage, "--storage")
     refuse_credentials(args)
     config = None
+    if args.rebuild_tune_state and not args.resume:
+        raise ConfigError("--rebuild-tune-state only applies with --resume")
     if not args.resume:
         if not args.games:
             raise ConfigError("--games is required (atari57, env ids or a file of ids) unless "
@@ -155,7 +164,7 @@ def _sweep(args: argparse.Namespace) -> int:
         if ignored:
             print(f"distppo sweep: --resume continues with the sweep's stored settings; "
                   f"ignored: {', '.join(ignored)}", file=sys.stderr, flush=True)
-        result = resume_sweep(storage, name, args.force_unlock)
+        result = resume_sweep(storage, name, args.force_unlock, args.rebuild_tune_state)
     else:
         result = start_sweep(config, args.force_unlock)
     return final_report(result)

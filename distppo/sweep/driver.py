@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import posixpath
 import signal
 import sys
 import threading
@@ -194,25 +195,30 @@ def start_sweep(cfg: SweepConfig, force_unlock: bool = False) -> SweepStorage:
     try:  # the lease goes back however this ends (a Ctrl-C before Tune's stop is in place too)
         faults.pause("sweep_prepared")
         storage.write_json(SWEEP_JSON, redact_config(cfg.to_dict()))
-        tuner = tune.Tuner(
-            trainable,
-            param_space=param_space(cfg),
-            tune_config=tune.TuneConfig(max_concurrent_trials=cfg.max_concurrent_trials or None,
-                                        trial_name_creator=_trial_name,
-                                        trial_dirname_creator=_trial_name),
-            run_config=tune.RunConfig(
-                # Tune's status table and trial start/end, not every iteration's result.
-                name=cfg.name, storage_path=storage.storage, verbose=1,
-                failure_config=tune.FailureConfig(max_failures=cfg.max_failures),
-                # Tune's checkpoints only point at the run copies (sweep/trial.py): a small
-                # JSON each, all kept. With num_to_keep, a driver killed between Tune deleting
-                # an old one and saving its state left a trial whose every restore failed.
-                checkpoint_config=tune.CheckpointConfig(num_to_keep=None),
-                callbacks=[SweepCallback(cfg.storage, cfg.name, cfg), *tracking_callbacks(cfg)]))
-        _fit(tuner)
+        _fit(_new_tuner(cfg, storage, trainable))
     finally:
         sweep_lease.release(lease)
     return storage
+
+
+def _new_tuner(cfg: SweepConfig, storage: SweepStorage, trainable) -> tune.Tuner:
+    location, fs = storage.tune_location()
+    return tune.Tuner(
+        trainable,
+        param_space=param_space(cfg),
+        tune_config=tune.TuneConfig(max_concurrent_trials=cfg.max_concurrent_trials or None,
+                                    trial_name_creator=_trial_name,
+                                    trial_dirname_creator=_trial_name),
+        run_config=tune.RunConfig(
+            # Tune's status table and trial start/end, not every iteration's result.
+            name=cfg.name, storage_path=posixpath.dirname(location), storage_filesystem=fs,
+            verbose=1,
+            failure_config=tune.FailureConfig(max_failures=cfg.max_failures),
+            # Tune's checkpoints only point at the run copies (sweep/trial.py): a small
+            # JSON each, all kept. With num_to_keep, a driver killed between Tune deleting
+            # an old one and saving its state left a trial whose every restore failed.
+            checkpoint_config=tune.CheckpointConfig(num_to_keep=None),
+            callbacks=[SweepCallback(cfg.storage, cfg.name, cfg), *tracking_callbacks(cfg)]))
 
 
 def _fit(tuner) -> None:
@@ -230,11 +236,16 @@ def _fit(tuner) -> None:
                     signal.signal(s, handler)
 
 
-def resume_sweep(storage_uri: str, name: str, force_unlock: bool = False) -> SweepStorage:
+def resume_sweep(storage_uri: str, name: str, force_unlock: bool = False,
+                 rebuild: bool = False) -> SweepStorage:
     """Continue an interrupted sweep (Tuner.restore): finished trials are kept as they are,
-    unfinished and failed ones continue from their last checkpoint. Its stored config wins."""
+    unfinished and failed ones continue from their last checkpoint. Its stored config wins.
+
+    `rebuild`: a new Tuner of the stored config instead of Tune's saved state (damaged, or
+    written by another Ray): the trials lose only Tune's record of them, since a finished
+    one ends at once and the others continue from their newest run copy (sweep/trial.py)."""
     storage = SweepStorage(storage_uri, name)
-    if not storage.holds_sweep():
+    if not (storage.exists(SWEEP_JSON) if rebuild else storage.holds_sweep()):
         raise UserError(f"--resume: {storage.uri} holds no sweep (no {SWEEP_JSON} and Tune "
                         "state): check --storage and --name")
     try:
@@ -247,12 +258,26 @@ def resume_sweep(storage_uri: str, name: str, force_unlock: bool = False) -> Swe
                         "it there (moving a sweep to another storage is not supported)")
     trainable, lease = _prepare(cfg, storage, force_unlock)
     try:
-        tuner = tune.Tuner.restore(storage.location, trainable, resume_unfinished=True,
-                                   resume_errored=True)
-        _fit(tuner)
+        _fit(_new_tuner(cfg, storage, trainable) if rebuild else _restored(storage, trainable))
     finally:
         sweep_lease.release(lease)
     return storage
+
+
+def _restored(storage: SweepStorage, trainable) -> tune.Tuner:
+    """Tune's saved state, or one line naming the way on when it cannot be loaded: it is a
+    pickle, which a truncated write or another Ray version breaks, while the run copies that
+    hold the trials' progress are intact."""
+    location, fs = storage.tune_location()
+    try:
+        return tune.Tuner.restore(location, trainable, resume_unfinished=True,
+                                  resume_errored=True, storage_filesystem=fs)
+    except Exception as exc:  # noqa: BLE001 - whatever unpickling raises, the way on is the same
+        raise UserError(
+            f"Tune's state in {storage.uri} cannot be loaded ({type(exc).__name__}: "
+            f"{redact_text(first_line(exc))}): add --rebuild-tune-state to --resume, which "
+            f"starts Tune afresh from {SWEEP_JSON}; finished trials stay finished and the rest "
+            "continue from their newest run copy") from None
 
 
 def _prepare(cfg: SweepConfig, storage: SweepStorage, force_unlock: bool):
@@ -274,7 +299,7 @@ def _prepare(cfg: SweepConfig, storage: SweepStorage, force_unlock: bool):
     except BaseException:
         sweep_lease.release(lease)
         if created:  # a rejected sweep leaves nothing behind
-            storage.fs.delete_dir(created)
+            storage.remove(created)
         raise
     # The lease's generation travels with every trial: a run copy is committed only while
     # it is current, so a driver that lost the lease adds none (sweep/lease.py Fence).

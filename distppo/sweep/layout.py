@@ -17,6 +17,10 @@ Shared by the writer (the sweep driver and its trials) and the readers (`distppo
 from __future__ import annotations
 
 import os
+import threading
+import time
+import urllib.parse
+from typing import Optional
 
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -32,6 +36,17 @@ FAULTS = "faults"
 TRIAL_JSON = "trial.json"  # sweep bookkeeping of one run copy; its presence marks it complete
 POINTER_JSON = "run_copy.json"  # the content of a trial's Tune checkpoints
 KEEP_COPIES = 2  # run copies kept per trial
+# How long Arrow's GCS client retries a request that fails transiently (an endpoint that does
+# not answer included) before it gives up: google-cloud-cpp's own default is 15 minutes.
+GCS_RETRY_LIMIT_S = 60
+# How long a storage has to answer its first request (a look at the sweep folder) before the
+# command gives up in one line; DISTPPO_STORAGE_TIMEOUT_S lets a slow private endpoint have longer.
+ANSWER_TIMEOUT_S = 20.0
+# What decides where each scheme's requests go and with which credentials.
+WHERE_TO_LOOK = {
+    "gs": "STORAGE_EMULATOR_HOST (an emulator or a private endpoint) and the Google credentials",
+    "s3": "AWS_ENDPOINT_URL (an S3-compatible endpoint) and the AWS credentials",
+}
 
 
 def absolute(storage: str) -> str:
@@ -41,13 +56,73 @@ def absolute(storage: str) -> str:
     return storage.rstrip("/") or "/"
 
 
-def filesystem(uri: str, what: str = "--storage") -> tuple[pafs.FileSystem, str]:
+def filesystem(uri: str, what: str = "--storage",
+               answer_s: Optional[float] = None) -> tuple[pafs.FileSystem, str]:
     """(file system, path inside it) of a local folder or any URI pyarrow resolves (s3://,
-    gs://, file://); a one-line UserError when the URI cannot be resolved."""
+    gs://, file://), once it has answered a first request; a one-line UserError when the URI
+    cannot be resolved or the storage does not answer within `answer_s` (default:
+    DISTPPO_STORAGE_TIMEOUT_S, else ANSWER_TIMEOUT_S).
+
+    gs:// follows STORAGE_EMULATOR_HOST as Google's own clients do (an emulator or a private
+    endpoint, no credentials), as s3:// follows AWS_ENDPOINT_URL in Arrow itself."""
     try:
-        return pafs.FileSystem.from_uri(absolute(uri))
+        fs, path = pafs.FileSystem.from_uri(arrow_uri(absolute(uri)))
     except (pa.ArrowException, OSError, ValueError) as exc:
         raise UserError(f"{what} {uri}: {first_line(exc)}") from None
+    _answers(lambda: fs.get_file_info(path), uri, what,
+             _answer_timeout() if answer_s is None else answer_s)
+    return fs, path
+
+
+def _answer_timeout() -> float:
+    text = os.environ.get("DISTPPO_STORAGE_TIMEOUT_S", "")
+    try:
+        return float(text) if text else ANSWER_TIMEOUT_S
+    except ValueError:
+        raise UserError(f"DISTPPO_STORAGE_TIMEOUT_S={text!r}: give a number of seconds") from None
+
+
+def _answers(request, uri: str, what: str, answer_s: float) -> None:
+    """Run `request` in a helper thread while this one waits in short steps: a storage that
+    does not answer ends in one line, and a signal (Ctrl-C, SIGTERM) is handled at once,
+    whereas in this thread it would wait for Arrow's C++ call, retries and all. An error
+    the request raises is left for the command's own request to report."""
+    done = threading.Event()
+
+    def call() -> None:
+        try:
+            request()
+        except Exception:  # noqa: BLE001 - only whether it answered matters here
+            pass
+        done.set()
+
+    threading.Thread(target=call, name="storage-answers", daemon=True).start()
+    deadline = time.monotonic() + answer_s
+    while not done.wait(0.1):
+        if time.monotonic() > deadline:
+            scheme = uri.partition("://")[0] if "://" in uri else "file"
+            look = WHERE_TO_LOOK.get("gs" if scheme == "gcs" else scheme, "the folder's mount")
+            raise UserError(f"{what} {uri}: the storage did not answer within "
+                            f"{answer_s:g} s: check the URI and {look}")
+
+
+def arrow_uri(uri: str) -> str:
+    """The URI as Arrow should open it: a gs:// one gets the emulator of STORAGE_EMULATOR_HOST
+    (Arrow's `anonymous@` user and its `endpoint_override`, `scheme` query parameters) unless
+    it names an endpoint itself, and a bounded retry time unless it sets one."""
+    parts = urllib.parse.urlsplit(uri)
+    if parts.scheme not in ("gs", "gcs"):
+        return uri
+    query = dict(urllib.parse.parse_qsl(parts.query))
+    netloc = parts.netloc
+    emulator = os.environ.get("STORAGE_EMULATOR_HOST", "").strip().rstrip("/")
+    if emulator and "endpoint_override" not in query:
+        scheme, _, host = emulator.rpartition("://")
+        query.update(endpoint_override=host, scheme=scheme or "http")
+        netloc = "anonymous@" + netloc.rpartition("@")[2]
+    query.setdefault("retry_limit_seconds", str(GCS_RETRY_LIMIT_S))
+    return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path,
+                                    urllib.parse.urlencode(query), ""))
 
 
 def first_line(exc: BaseException) -> str:

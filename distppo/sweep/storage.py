@@ -42,10 +42,10 @@ class SweepStorage:
     never from files: only the URI string is stored, in Tune's state and in sweep.json.
     """
 
-    def __init__(self, storage: str, name: str) -> None:
+    def __init__(self, storage: str, name: str, answer_s: Optional[float] = None) -> None:
         self.storage = absolute(storage)
         self.name = name
-        self.fs, root = filesystem(self.storage)
+        self.fs, root = filesystem(self.storage, answer_s=answer_s)
         self.path = posixpath.join(root, name)
 
     @classmethod
@@ -67,6 +67,15 @@ class SweepStorage:
     def uri(self) -> str:
         """The sweep folder as printed: `location` with any credentials in it redacted."""
         return redact(self.location)
+
+    def tune_location(self) -> tuple[str, Optional[pafs.FileSystem]]:
+        """(sweep folder, file system) as Tune is to reach it: a local folder as it is; on an
+        object store the path inside this storage's own file system, so Tune's state goes
+        where the run copies go, the same way (an emulator, the bounded retries:
+        layout.arrow_uri), not by Tune's own resolution of the URI."""
+        if isinstance(self.fs, pafs.LocalFileSystem):
+            return self.location, None
+        return self.path, self.fs
 
     def join(self, *parts: str) -> str:
         return posixpath.join(self.path, *parts)
@@ -127,13 +136,30 @@ class SweepStorage:
         return FaultLog(self.fs, self.join(FAULTS, trial_id))
 
     # -- run copies ----------------------------------------------------------------------------
+    def _copy_folders(self, trial_id: str) -> dict[str, set[str]]:
+        """{folder name: its files, relative} under runs/<trial_id>, from what is really there.
+
+        One recursive listing, read for the files themselves: an object store lists a folder
+        one level deep only where a marker object names it (Arrow's GCS listing returns
+        nothing else), and a copy committed file by file has none. Folders a listing does
+        show (local, markers) are kept with no files, so an empty staging folder is found."""
+        root = self.join(RUNS, trial_id)
+        selector = pafs.FileSelector(root, recursive=True, allow_not_found=True)
+        folders: dict[str, set[str]] = {}
+        for info in self.fs.get_file_info(selector):
+            folder, _, rel = posixpath.relpath(info.path, root).partition("/")
+            files = folders.setdefault(folder, set())
+            if rel and info.type == pafs.FileType.File:
+                files.add(rel)
+        return folders
+
     def run_copies(self, trial_id: str) -> list[str]:
-        """Paths of the trial's run copies, newest (highest iteration) first; a hidden name
-        is an upload in progress (or a killed one's debris), never a copy."""
-        selector = pafs.FileSelector(self.join(RUNS, trial_id), allow_not_found=True)
-        dirs = [i.path for i in self.fs.get_file_info(selector)
-                if i.type == pafs.FileType.Directory and not i.base_name.startswith(".")]
-        return sorted(dirs, key=posixpath.basename, reverse=True)
+        """Paths of the trial's run copies that hold their trial.json, newest (highest
+        iteration) first; a hidden name is an upload in progress (or a killed one's debris),
+        never a copy."""
+        names = [name for name, files in self._copy_folders(trial_id).items()
+                 if not name.startswith(".") and TRIAL_JSON in files]
+        return [self.join(RUNS, trial_id, name) for name in sorted(names, reverse=True)]
 
     def complete_run_copies(self, trial_id: str) -> Iterator[tuple[str, dict]]:
         """(path, trial.json) of each complete run copy, newest first."""
@@ -141,7 +167,7 @@ class SweepStorage:
             try:
                 with self.fs.open_input_stream(posixpath.join(path, TRIAL_JSON)) as f:
                     yield path, json.loads(f.readall())
-            except (OSError, ValueError):  # no trial.json yet, or a half-written one
+            except (OSError, ValueError):  # gone since the listing, or a half-written one
                 continue
 
     def latest_run_copy(self, trial_id: str) -> Optional[tuple[str, dict]]:
@@ -158,7 +184,8 @@ class SweepStorage:
         same iteration already there (a corrupt one a trial fell back from) loses its
         trial.json first, so a reader takes the older complete copy meanwhile, never a copy
         without its checkpoint. Killed writers' temp files and locks are not copied. Then all
-        but the newest KEEP_COPIES complete copies are dropped.
+        but the newest KEEP_COPIES complete copies are dropped, with any older folder left
+        without its trial.json by a writer killed mid-move.
 
         `fence` (lease.Fence): checked before the upload starts and again just before the copy
         takes its name, so a driver that lost its lease meanwhile adds no copy (LeaseLost).
@@ -168,7 +195,7 @@ class SweepStorage:
         staging = posixpath.join(parent, f".{iteration:06d}.{secrets.token_hex(4)}.partial")
         if fence is not None:
             fence.check(self)
-        self._drop_staging(parent)
+        self._drop_staging(trial_id)
         self.fs.create_dir(staging, recursive=True)
         for rel in _run_files(run_dir):
             if os.path.dirname(rel):
@@ -182,18 +209,28 @@ class SweepStorage:
             try:
                 fence.check(self)
             except UserError:
-                self.fs.delete_dir(staging)
+                self.remove(staging)
                 raise
         if self._exists_path(dest):
             self._delete_if_exists(posixpath.join(dest, TRIAL_JSON))
-            self.fs.delete_dir(dest)
+            self.remove(dest)
         if isinstance(self.fs, pafs.LocalFileSystem):
             self.fs.move(staging, dest)
         else:
             self._move_files(staging, dest)
-        for old in [p for p, _ in self.complete_run_copies(trial_id)][KEEP_COPIES:]:
-            self.fs.delete_dir(old)
+        self._prune(trial_id)
         return dest
+
+    def _prune(self, trial_id: str) -> None:
+        """Keep the newest KEEP_COPIES complete copies; drop older copies and older folders
+        without a trial.json (a move killed midway). Newer ones of the latter are left for the
+        upload of that iteration to replace."""
+        kept = [p for p, _ in self.complete_run_copies(trial_id)][:KEEP_COPIES]
+        newest = posixpath.basename(kept[0]) if kept else ""
+        for name in self._copy_folders(trial_id):
+            path = self.join(RUNS, trial_id, name)
+            if not name.startswith(".") and path not in kept and name < newest:
+                self.remove(path)
 
     def _move_files(self, src: str, dest: str) -> None:
         selector = pafs.FileSelector(src, recursive=True)
@@ -202,14 +239,22 @@ class SweepStorage:
         files.sort(key=lambda p: posixpath.basename(p) == TRIAL_JSON)  # trial.json last
         for path in files:
             self.fs.copy_file(path, posixpath.join(dest, posixpath.relpath(path, src)))
-        self.fs.delete_dir(src)
+        self.remove(src)
 
-    def _drop_staging(self, parent: str) -> None:
+    def _drop_staging(self, trial_id: str) -> None:
         """Uploads of an attempt killed mid-copy (one trial has one writer at a time)."""
-        selector = pafs.FileSelector(parent, allow_not_found=True)
-        for info in self.fs.get_file_info(selector):
-            if info.base_name.startswith(".") and info.base_name.endswith(".partial"):
-                self.fs.delete_dir(info.path)
+        for name in self._copy_folders(trial_id):
+            if name.startswith(".") and name.endswith(".partial"):
+                self.remove(self.join(RUNS, trial_id, name))
+
+    def remove(self, path: str) -> None:
+        """A folder and all in it, on any store. On an object store a folder is its objects'
+        common prefix (plus a marker object where one was written): one whose files were
+        written one by one has no marker, and Arrow's GCS delete_dir, having deleted the
+        files, then fails on it. What is not there is not an error."""
+        self.fs.delete_dir_contents(path, missing_dir_ok=True)
+        if self.fs.get_file_info(path).type != pafs.FileType.NotFound:
+            self.fs.delete_dir(path)
 
     def _delete_if_exists(self, path: str) -> None:
         try:
@@ -218,12 +263,20 @@ class SweepStorage:
             pass
 
     def download_run(self, path: str, run_dir: str) -> None:
-        """The run copy at `path` as the local run folder (without its trial.json, which
-        would otherwise mark the next copy complete before its files are in)."""
+        """The run copy at `path` as the local run folder, without its trial.json (which
+        would otherwise mark the next copy complete before its files are in). File by file
+        from a recursive listing: a copy on GCS has no folder objects for a tree copy to
+        recreate its subfolders from."""
         os.makedirs(run_dir, exist_ok=True)
-        pafs.copy_files(path, run_dir, source_filesystem=self.fs,
-                        destination_filesystem=pafs.LocalFileSystem())
-        os.remove(os.path.join(run_dir, TRIAL_JSON))
+        selector = pafs.FileSelector(path, recursive=True)
+        for info in self.fs.get_file_info(selector):
+            rel = posixpath.relpath(info.path, path)
+            if info.type != pafs.FileType.File or rel == TRIAL_JSON:
+                continue
+            local = os.path.join(run_dir, *rel.split("/"))
+            os.makedirs(os.path.dirname(local), exist_ok=True)
+            with self.fs.open_input_stream(info.path) as src, open(local, "wb") as out:
+                shutil.copyfileobj(src, out, 1 << 20)
 
 
 def _run_files(run_dir: str) -> list[str]:

@@ -1,14 +1,16 @@
-"""`distppo sweep` end to end: real Ray, real Tune, real subprocesses killed, real S3 API.
+"""`distppo sweep` end to end: real Ray, real Tune, real subprocesses killed, real S3 and GCS APIs
+(loopback emulators).
 
 Sweeps run as CLI subprocesses that join the session cluster (RAY_ADDRESS, 4 logical CPUs)
-except the S3 one, which starts its own Ray so its workers inherit the S3 credentials from
-the environment, as workers on a real cluster would from their nodes.
+except the bucket ones (S3, GCS), which start their own Ray so that its workers inherit the
+storage's variables from the environment, as workers on a real cluster would from their nodes.
 """
 from __future__ import annotations
 
 import json
 import math
 import os
+import posixpath
 import signal
 import subprocess
 import sys
@@ -317,26 +319,32 @@ def test_crashed_trial_restarts_from_checkpoint(ray_cluster, tmp_path):
     assert "failure injected at iteration 2" in error
 
 
-# --- 4. S3 storage on a loopback S3 server -----------------------------------------------------
+# --- 4. bucket storage: a loopback S3 (moto) and GCS (fake-gcs-server) -------------------------
 
 
 @pytest.mark.slow
-def test_s3_storage(s3_server, tmp_path):
-    """A sweep on S3 storage, on its own Ray of this machine's size (no RAY_ADDRESS) and with
-    no resource flag at all: trial workers get the credentials from the environment, and each
-    trial asks for 3 CPUs by default; a machine with fewer sees them shrink, said once."""
-    fs, creds = s3_server
+def test_bucket_storage(bucket, tmp_path):
+    """A sweep on S3 and on GCS from the command line, on its own Ray of this machine's size (no
+    RAY_ADDRESS) and with no resource flag at all: trial workers find the storage through the
+    environment (credentials, endpoint), as workers on a real cluster would; each trial asks
+    for 3 CPUs by default, and a machine with fewer sees them shrink, said once. Its trial
+    crashes once, at iteration 2, and resumes from its run copy of iteration 1, not 0; the
+    copies are pruned to the newest two; status and report read the bucket."""
+    scheme, fs, store_env = bucket
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    env.update(creds, PYTHONUNBUFFERED="1")
+    env.update(store_env, PYTHONUNBUFFERED="1", DISTPPO_FAULT_ITERATION="2")
     no_resource_flags = [a for a in TINY if a not in (
         "--trial-cpus", "--runner-cpus", "--learner-cpus", "0.5")]
     assert len(no_resource_flags) == len(TINY) - 6
     base = [sys.executable, "-m", "distppo", "sweep", "--games", "CartPole-v1", "--seeds", "1",
-            *no_resource_flags, "--name", "s3"]
-    bad = subprocess.run([*base, "--storage", "s3://no-such-bucket/sweeps"], env=env, cwd=REPO,
-                         capture_output=True, text=True, timeout=120)
-    assert bad.returncode == 2 and "cannot be written" in bad.stderr, bad.stderr
-    proc = subprocess.run([*base, "--storage", "s3://sweeps-bucket/sweeps"], env=env,
+            *no_resource_flags, "--total-timesteps", "96", "--max-failures", "1",
+            "--name", scheme]
+    if scheme == "s3":  # Arrow's GCS creates a bucket that a folder is made in
+        bad = subprocess.run([*base, "--storage", "s3://no-such-bucket/sweeps"], env=env,
+                             cwd=REPO, capture_output=True, text=True, timeout=120)
+        assert bad.returncode == 2 and "cannot be written" in bad.stderr, bad.stderr
+    uri = f"{scheme}://sweeps-bucket/sweeps/{scheme}"
+    proc = subprocess.run([*base, "--storage", f"{scheme}://sweeps-bucket/sweeps"], env=env,
                           cwd=tmp_path, capture_output=True, text=True, timeout=420)
     assert proc.returncode == 0, proc.stderr[-3000:]
     said = [ln for ln in proc.stdout.splitlines() if ln.startswith("sweep: each trial asks")]
@@ -344,16 +352,36 @@ def test_s3_storage(s3_server, tmp_path):
         assert len(said) == 1 and f"largest node has {os.cpu_count()}" in said[0], proc.stdout
     else:
         assert not said
-    iterations = read("sweeps-bucket/sweeps/s3/iterations.parquet", fs)
-    trials = read("sweeps-bucket/sweeps/s3/trials.parquet", fs)
-    assert (iterations.num_rows, trials.num_rows) == (2, 1)
-    assert_complete(iterations, trials, n_iterations=2)
-    assert not list(tmp_path.iterdir()), "an s3:// storage must not become a local folder"
+    root = f"sweeps-bucket/sweeps/{scheme}"
+    iterations = read(f"{root}/iterations.parquet", fs)
+    trials = read(f"{root}/trials.parquet", fs)
+    assert (iterations.num_rows, trials.num_rows) == (3, 1)
+    assert_complete(iterations, trials, n_iterations=3)
+    assert trials["restarts"].to_pylist() == [1]
+    copies = f"{root}/runs/CartPole-v1__ppo__1"
+    assert sorted({posixpath.relpath(i.path, copies).split("/")[0] for i in fs.get_file_info(
+        pafs.FileSelector(copies, recursive=True))}) == ["000002", "000003"]
+    with fs.open_input_stream(f"{copies}/000003/trial.json") as f:
+        assert json.loads(f.readall())["resumed_from"] == [0, 1]
+    assert not list(tmp_path.iterdir()), f"a {scheme}:// storage must not become a local folder"
     # The credentials live in the environment only, never in the sweep's files.
-    for info in fs.get_file_info(pafs.FileSelector("sweeps-bucket/sweeps/s3", recursive=True)):
+    secrets = [v.encode() for k, v in store_env.items() if k.startswith("AWS_") and "KEY" in k]
+    assert len(secrets) == (2 if scheme == "s3" else 0)
+    for info in fs.get_file_info(pafs.FileSelector(root, recursive=True)):
         if info.type == pafs.FileType.File and info.size < 1_000_000:
             with fs.open_input_stream(info.path) as f:
-                assert b"testing" not in f.readall(), info.path
+                data = f.readall()
+            assert not [s for s in secrets if s in data], info.path
+
+    seen = run_cli("status", uri, "--json", timeout=120)
+    assert seen.returncode == 0, seen.stderr[-3000:]
+    (trial,) = json.loads(seen.stdout)["trials"]
+    assert json.loads(seen.stdout)["state"] == "finished"
+    assert (trial["state"], trial["iteration"], trial["global_step"]) == ("done", 3, 96)
+    assert trial["trial_restarts"] == 1
+    report = run_cli("report", uri, "--out", tmp_path / "report", "--no-plots", timeout=300)
+    assert report.returncode == 0, report.stderr[-3000:]
+    assert "CartPole-v1" in (tmp_path / "report" / "runtimes.md").read_text()
 
 
 # --- 5. bad input: one line, exit 2, nothing started -------------------------------------------

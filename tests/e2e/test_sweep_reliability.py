@@ -10,6 +10,8 @@ from __future__ import annotations
 import errno
 import json
 import os
+import signal
+import socket
 import subprocess
 import sys
 import time
@@ -26,6 +28,7 @@ from distppo.sweep.storage import SweepStorage
 from helpers import (
     REPO,
     TINY,
+    LiveCli,
     assert_complete,
     assert_one_line_error,
     hold_lease,
@@ -232,6 +235,63 @@ def test_corrupt_newest_copy_falls_back(ray_cluster, tmp_path):
     assert sorted(p.name for p in copies.iterdir()) == ["000002", "000003"]
 
 
+# --- 5. Tune's state damaged: one line, and a rebuild from sweep.json continues the sweep -------
+
+@pytest.mark.slow
+def test_truncated_tune_state_is_one_line_and_rebuilt(ray_cluster, tmp_path):
+    args = ["sweep", "--games", "CartPole-v1", "--seeds", "4", *TINY, "--total-timesteps", "96",
+            "--max-failures", "0", "--storage", tmp_path, "--name", "torn"]
+    failed = run_cli(*args, timeout=300, env={"DISTPPO_FAULT_ITERATION": "3"})
+    assert failed.returncode == 3, failed.stderr[-3000:]  # stopped at iteration 3 of 3
+    sweep_dir = tmp_path / "torn"
+    state = sweep_dir / "tuner.pkl"
+    state.write_bytes(state.read_bytes()[:40])  # a write cut short
+    again = ["sweep", "--storage", tmp_path, "--name", "torn", "--resume"]
+    proc = run_cli(*again, timeout=300)
+    assert_one_line_error(proc, "Tune's state in", "cannot be loaded", "--rebuild-tune-state")
+    assert proc.returncode == 2
+    proc = run_cli(*again, "--rebuild-tune-state", timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert_complete(pq.read_table(sweep_dir / "iterations.parquet"),
+                    pq.read_table(sweep_dir / "trials.parquet"), n_iterations=3)
+    record = json.loads((sweep_dir / "runs" / "CartPole-v1__ppo__4" / "000003" / "trial.json")
+                        .read_text())
+    assert record["resumed_from"] == [0, 2]  # from its run copy, not from iteration 0
+    # the rebuilt state is whole: the next resume loads it (and runs nothing: all done)
+    proc = run_cli(*again, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+# --- 6. a storage that does not answer -----------------------------------------------------------
+
+def test_silent_storage_is_one_line_and_sigterm_stops_the_driver(tmp_path):
+    """A loopback port that takes connections and never answers stands in for an endpoint that
+    hangs: one line naming the storage and the variable to check, within the time allowed;
+    and a driver waiting on it stops at SIGTERM, as one stopped anywhere else does (exit 143)."""
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(64)
+    env = {"STORAGE_EMULATOR_HOST": f"http://127.0.0.1:{silent.getsockname()[1]}",
+           "DISTPPO_STORAGE_TIMEOUT_S": "5"}
+    try:
+        started = time.monotonic()
+        proc = run_cli("status", "gs://bkt/sweeps/x", timeout=120, env=env)
+        assert_one_line_error(proc, "gs://bkt/sweeps/x", "did not answer within 5 s",
+                              "STORAGE_EMULATOR_HOST")
+        assert time.monotonic() - started < 60, "the storage's retries were waited out"
+        with LiveCli(tmp_path / "driver.log", "sweep", "--games", "CartPole-v1", *TINY,
+                     "--storage", "gs://bkt/sweeps", "--name", "x",
+                     env=dict(env, DISTPPO_STORAGE_TIMEOUT_S="600")) as live:
+            time.sleep(25)  # past its imports: waiting on the storage
+            live.assert_alive()
+            live.proc.send_signal(signal.SIGTERM)
+            live.proc.wait(timeout=15)
+            assert live.proc.returncode == 143, live.output()[-3000:]
+            assert "Traceback" not in live.output(), live.output()[-3000:]
+    finally:
+        silent.close()
+
+
 # --- 7. the chaos soak, short ------------------------------------------------------------------
 
 @pytest.mark.slow
@@ -266,19 +326,31 @@ def test_chaos_soak_short(tmp_path):
         assert killed == counted == "1", table
 
 
-def test_upload_on_s3_moves_each_file_trial_json_last(s3_server, monkeypatch, tmp_path):
-    fs, creds = s3_server
-    for key, value in creds.items():
-        monkeypatch.setenv(key, value)
-    storage = SweepStorage("s3://sweeps-bucket/sweeps", "up")
+def test_upload_on_a_bucket_moves_each_file_trial_json_last(bucket, tmp_path):
+    """On S3 and GCS alike, though GCS lists no folder without a marker object and a copy
+    committed file by file has none: every copy is found by its trial.json, the staging
+    folder goes, and only the newest KEEP_COPIES copies stay."""
+    scheme, fs, _ = bucket
+    storage = SweepStorage(f"{scheme}://sweeps-bucket/sweeps", "up")
     run_dir = tmp_path / "run"
+    root = "sweeps-bucket/sweeps/up/runs/t"
     for it in (1, 2, 2, 3):
         make_run(run_dir, it)
         storage.upload_run("t", it, str(run_dir), {"iteration": it})
-    root = "sweeps-bucket/sweeps/up/runs/t"
+        assert storage.latest_run_copy("t") == (f"{root}/{it:06d}", {"iteration": it})
+    # a move killed after some files: a folder without its trial.json, older than the copies
+    with fs.open_output_stream(f"{root}/000000/metrics.parquet") as f:
+        f.write(b"debris")
+    make_run(run_dir, 4)
+    storage.upload_run("t", 4, str(run_dir), {"iteration": 4})
     files = sorted(i.path[len(root) + 1:] for i in fs.get_file_info(
         pafs.FileSelector(root, recursive=True)) if i.type == pafs.FileType.File)
-    assert files == ["000002/checkpoints/ckpt_000002.pt", "000002/metrics.parquet",
-                     "000002/trial.json", "000003/checkpoints/ckpt_000003.pt",
-                     "000003/metrics.parquet", "000003/trial.json"], files
-    assert storage.latest_run_copy("t")[1] == {"iteration": 3}
+    assert files == ["000003/checkpoints/ckpt_000003.pt", "000003/metrics.parquet",
+                     "000003/trial.json", "000004/checkpoints/ckpt_000004.pt",
+                     "000004/metrics.parquet", "000004/trial.json"], files
+    assert storage.run_copies("t") == [f"{root}/000004", f"{root}/000003"]
+    assert [r for _, r in storage.complete_run_copies("t")] == [{"iteration": 4},
+                                                                {"iteration": 3}]
+    storage.download_run(f"{root}/000004", str(tmp_path / "back"))
+    assert (tmp_path / "back" / "checkpoints" / "ckpt_000004.pt").read_bytes() == b"ckpt 4"
+    assert not (tmp_path / "back" / "trial.json").exists()
