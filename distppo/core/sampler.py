@@ -21,9 +21,12 @@ from distppo.envs.factory import frame_stack, make_vector_env
 
 class Sampler:
     def __init__(self, vec_env, agent: torch.nn.Module, num_steps: int, runner_index: int = 0,
-                 seed: int = 0, exact_resets: bool = False, cuda_graphs: bool = False):
+                 seed: int = 0, exact_resets: bool = False, cuda_graphs: bool = False,
+                 exact_replay: bool = False):
         self.env = vec_env
-        self.generator = torch.Generator().manual_seed(seed)  # this sampler's action stream
+        # this sampler's action stream; --exact-replay: torch's global one, as CleanRL's
+        # probs.sample(), which the learner seeds right before the initial weights
+        self.generator = None if exact_replay else torch.Generator().manual_seed(seed)
         self.agent = agent
         self.num_steps = num_steps
         self.runner_index = runner_index
@@ -136,4 +139,5 @@ def make_sampler(cfg: TrainConfig, runner_index: int, video_dir: str | None = No
         return GroupedSampler(groups, agent, cfg.ppo.num_steps, runner_index, seed,
                               exact_resets=cfg.ppo.lstm_exact_resets, cuda_graphs=graphs)
     return Sampler(groups[0], agent, cfg.ppo.num_steps, runner_index, seed,
-                   exact_resets=cfg.ppo.lstm_exact_resets, cuda_graphs=graphs)
+                   exact_resets=cfg.ppo.lstm_exact_resets, cuda_graphs=graphs,
+                   exact_replay=cfg.exact_replay)

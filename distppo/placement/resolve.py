@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from distppo.config import TrainConfig
 from distppo.core.threads import shard_plan
+from distppo.errors import ConfigError
 from distppo.placement.sizing import (
     Threads,
     learner_gpus,
@@ -79,6 +80,12 @@ def _resolve_local(cfg: TrainConfig, facts: ClusterFacts) -> Placement:
     cfg = cfg.replace(learner_gpus=learner_gpus(cfg, facts.gpus))
     threads = local_threads(cfg, int(facts.cpus))
     on_cpu = learner_on_cpu(cfg, facts.gpus)
+    if cfg.exact_replay:
+        if not on_cpu:  # the actions would be drawn from the GPU's stream, not the CPU's
+            raise ConfigError("--exact-replay replays CleanRL's script on the CPU and this "
+                              "learner would run on a GPU: add --no-cuda")
+        # CleanRL's layout and kernels: plain NCHW convolutions, one LSTM call per time step
+        cfg = cfg.replace(channels_last=False, fused_lstm=False)
     plan = shard_plan(cfg, threads.learner, on_cpu)
     return Placement(cfg.replace(grad_shards=plan.count), threads, threads.learner, on_cpu)
 

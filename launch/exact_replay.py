@@ -1,0 +1,239 @@
+"""Exact replay: CleanRL's own script and `distppo train --local --exact-replay`, scalar by scalar.
+
+    pip install gym==0.26.2 tyro            # what CleanRL's scripts import (not distppo's deps)
+    python launch/parity_study.py --exact-replay --cleanrl-dir /tmp/cleanrl \
+        --script ppo_atari_envpool.py --iterations 100 --out docs/results/exact-replay-envpool
+
+Both sides run the same seed for N iterations (--total-timesteps N * 1024, so both anneal
+the learning rate over those N), one after the other, on one thread each (torch's and the
+emulators'). CleanRL's script runs unchanged through launch/cleanrl_side_by_side.py's shims.
+Then every scalar the script writes to TensorBoard is read back from both sides' event files
+and compared: per iteration the learning rate and the seven losses, per game its return and
+length (in the order the games ended, each in the iteration it ended in), and
+`charts/avg_episodic_return` recomputed from distppo's returns as the script computes it
+(distppo does not write that tag). `charts/SPS` is a wall-clock rate and is not compared.
+TensorBoard stores float32: "identical" means equal float32 values on both sides.
+
+OUT gets comparison.parquet (one row per tag: points compared, the first differing
+iteration and both values there) and README.md with the CleanRL and distppo commits; the raw
+runs stay in OUT/runs, which git ignores.
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+# CleanRL's script -> (algo, backend, the game id the script's env maker takes)
+SCRIPTS = {"ppo_atari_envpool.py": ("ppo", "envpool", "Breakout-v5"),
+           "ppo_atari.py": ("ppo", "gym", "BreakoutNoFrameskip-v4"),
+           "ppo_atari_lstm.py": ("ppo_lstm", "gym", "BreakoutNoFrameskip-v4")}
+PER_ITERATION = ("charts/learning_rate", "losses/value_loss", "losses/policy_loss",
+                 "losses/entropy", "losses/old_approx_kl", "losses/approx_kl",
+                 "losses/clipfrac", "losses/explained_variance")
+PER_GAME = ("charts/episodic_return", "charts/episodic_length")
+AVG = "charts/avg_episodic_return"
+NOT_COMPARED = ("charts/SPS",)  # seconds, not learning
+ONE_THREAD = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+IGNORED = "runs/\n"
+
+
+def batch_size(script: str) -> int:
+    return 8 * 128  # every script's default num_envs x num_steps
+
+
+def cleanrl_command(cleanrl_dir: str, script: str, seed: int, total: int) -> list[str]:
+    shims = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cleanrl_side_by_side.py")
+    return [sys.executable, shims, "--run-cleanrl", os.path.join(cleanrl_dir, "cleanrl", script),
+            "--env-id", SCRIPTS[script][2], "--seed", str(seed), "--total-timesteps", str(total)]
+
+
+def distppo_command(script: str, seed: int, total: int, limit: int, out: str) -> list[str]:
+    algo, backend, env_id = SCRIPTS[script]
+    return [sys.executable, "-m", "distppo", "train", "--local", "--exact-replay", "--no-cuda",
+            "--num-threads", "1", "--algo", algo, "--backend", backend, "--env-id", env_id,
+            "--seed", str(seed), "--total-timesteps", str(total),
+            "--max-episode-steps", str(limit), "--checkpoint-every", "1000000",
+            "--output-dir", out, "--run-name", "distppo"]
+
+
+def episode_limit(script: str) -> int:
+    """The time limit (agent steps) CleanRL's script gets on this machine's libraries."""
+    if SCRIPTS[script][1] == "envpool":
+        import envpool
+        return int(envpool.make_spec(SCRIPTS[script][2]).config.max_episode_steps)
+    return 27_000  # gym's NoFrameskip-v4 limit, 108,000 frames, in agent steps
+
+
+def run(cmd: list[str], cwd: str, log: str, timeout_s: float) -> None:
+    env = dict(os.environ, **ONE_THREAD)
+    with open(log, "w") as f:
+        proc = subprocess.run(cmd, cwd=cwd, stdout=f, stderr=subprocess.STDOUT, env=env,
+                              timeout=timeout_s)
+    if proc.returncode != 0:
+        sys.exit(f"error: {' '.join(cmd[:4])} failed (exit {proc.returncode}): see {log}")
+
+
+def read_scalars(folder: str) -> dict[str, list[tuple[int, float]]]:
+    """{tag: [(step, value)] in the order written} of every event file under folder."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    out: dict[str, list] = collections.defaultdict(list)
+    for root, _, files in os.walk(folder):
+        for name in sorted(files):
+            if not name.startswith("events.out.tfevents"):
+                continue
+            acc = EventAccumulator(os.path.join(root, name), size_guidance={"scalars": 0})
+            acc.Reload()
+            for tag in acc.Tags()["scalars"]:
+                out[tag] += [(e.step, e.value) for e in acc.Scalars(tag)]
+    return dict(out)
+
+
+def avg_returns(returns: list[tuple[int, float]]) -> list[tuple[int, float]]:
+    """ppo_atari_envpool.py's avg_episodic_return: the mean of the last 20 returns, written
+    at each game (float32 values, as TensorBoard keeps them)."""
+    window: collections.deque = collections.deque(maxlen=20)
+    out = []
+    for step, ret in returns:
+        window.append(np.float32(ret))
+        out.append((step, float(np.float32(np.average(window)))))
+    return out
+
+
+def compare_series(tag: str, ours: list, theirs: list, batch: int) -> dict:
+    """One tag: how many points agree from the start, and the first that does not, by
+    iteration (a game's iteration: the one it ended in)."""
+    it = lambda step: -(-int(step) // batch)  # noqa: E731  # global_step -> its iteration
+    row = {"tag": tag, "cleanrl_points": len(theirs), "distppo_points": len(ours),
+           "equal_points": 0, "first_diff_iteration": None, "cleanrl_value": None,
+           "distppo_value": None, "abs_diff": None}
+    for (s_ours, v_ours), (s_theirs, v_theirs) in zip(ours, theirs):
+        same_value = v_ours == v_theirs or (np.isnan(v_ours) and np.isnan(v_theirs))
+        if it(s_ours) != it(s_theirs) or not same_value:
+            row.update(first_diff_iteration=min(it(s_ours), it(s_theirs)),
+                       cleanrl_value=float(v_theirs), distppo_value=float(v_ours),
+                       abs_diff=abs(float(v_ours) - float(v_theirs)))
+            return row
+        row["equal_points"] += 1
+    if len(ours) != len(theirs):  # one side has a point the other lacks
+        extra = (ours if len(ours) > len(theirs) else theirs)[row["equal_points"]]
+        row["first_diff_iteration"] = it(extra[0])
+    return row
+
+
+def compare(cleanrl_dir: str, distppo_dir: str, batch: int) -> list[dict]:
+    theirs, ours = read_scalars(cleanrl_dir), read_scalars(distppo_dir)
+    ours[AVG] = avg_returns(ours.get("charts/episodic_return", []))
+    unknown = sorted(set(theirs) - set(PER_ITERATION + PER_GAME + (AVG,) + NOT_COMPARED))
+    if unknown:  # a tag this comparison does not know would go unchecked
+        sys.exit(f"error: CleanRL's run wrote tags this comparison does not know: {unknown}")
+    return [compare_series(tag, ours.get(tag, []), theirs.get(tag, []), batch)
+            for tag in PER_ITERATION + PER_GAME + (AVG,) if tag in theirs or tag in ours]
+
+
+def commit_of(folder: str) -> str:
+    out = subprocess.run(["git", "-C", folder, "rev-parse", "HEAD"], capture_output=True,
+                         text=True)
+    if out.returncode != 0:
+        sys.exit(f"error: {folder} is not a git checkout: its commit cannot be recorded")
+    return out.stdout.strip()
+
+
+def readme(s: dict, rows: list[dict]) -> str:
+    iters = s["iterations"]
+    lines = [f"# Exact replay: CleanRL's {s['script']} and `distppo train --exact-replay`", "",
+             f"Seed {s['seed']}, {iters} iterations (--total-timesteps {s['total_timesteps']}), "
+             f"{s['env_id']}, time limit {s['episode_limit']} agent steps, one thread a side.",
+             f"CleanRL commit `{s['cleanrl_commit']}`, distppo commit `{s['distppo_commit']}`; "
+             f"{s['versions']}.", "",
+             "Every scalar the script writes to TensorBoard, both sides' event files read back "
+             "(float32), compared point by point in order; `charts/SPS` (wall clock) is not "
+             f"compared. {AVG} is recomputed from distppo's returns (distppo does not write "
+             "it). Made by launch/parity_study.py --exact-replay (launch/exact_replay.py).", "",
+             "| tag | CleanRL points | distppo points | equal from the start | first differing "
+             "iteration | CleanRL | distppo | abs diff |", "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        first = "none" if r["first_diff_iteration"] is None else r["first_diff_iteration"]
+        vals = [("" if r[k] is None else f"{r[k]:.9g}")
+                for k in ("cleanrl_value", "distppo_value", "abs_diff")]
+        lines.append(f"| {r['tag']} | {r['cleanrl_points']} | {r['distppo_points']} | "
+                     f"{r['equal_points']} | {first} | " + " | ".join(vals) + " |")
+    same = all(r["first_diff_iteration"] is None for r in rows)
+    lines += ["", f"Verdict: {'identical' if same else 'not identical'}: " + (
+        f"every compared scalar of all {iters} iterations is equal on both sides." if same else
+        "the table names the first iteration where each tag differs.")]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(prog="parity_study.py --exact-replay",
+                                 description=__doc__.splitlines()[0])
+    ap.add_argument("--cleanrl-dir", required=True, help="a CleanRL git checkout (has cleanrl/)")
+    ap.add_argument("--script", choices=sorted(SCRIPTS), default="ppo_atari_envpool.py")
+    ap.add_argument("--iterations", type=int, default=100)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--out", required=True, help="folder for the comparison (and runs/)")
+    ap.add_argument("--timeout-s", type=float, default=6 * 3600, help="per side")
+    ap.add_argument("--report-only", action="store_true", help="compare the runs in OUT/runs")
+    a = ap.parse_args(argv)
+    if a.iterations <= 0:
+        sys.exit(f"error: --iterations must be > 0, got {a.iterations}")
+    if not os.path.isfile(os.path.join(a.cleanrl_dir, "cleanrl", a.script)):
+        sys.exit(f"error: {a.cleanrl_dir}/cleanrl/{a.script} not found: --cleanrl-dir must be "
+                 "a CleanRL checkout")
+    import distppo
+    algo, backend, env_id = SCRIPTS[a.script]
+    total = a.iterations * batch_size(a.script)
+    s = {"script": a.script, "seed": a.seed, "iterations": a.iterations, "env_id": env_id,
+         "total_timesteps": total, "episode_limit": episode_limit(a.script),
+         "cleanrl_commit": commit_of(a.cleanrl_dir),
+         "distppo_commit": commit_of(os.path.dirname(os.path.dirname(distppo.__file__))),
+         "versions": versions()}
+    runs = os.path.join(a.out, "runs")
+    os.makedirs(runs, exist_ok=True)
+    with open(os.path.join(a.out, ".gitignore"), "w") as f:
+        f.write(IGNORED)
+    clean_dir, ours_dir = os.path.join(runs, "cleanrl"), os.path.join(runs, "distppo")
+    if not a.report_only:
+        for folder in (clean_dir, ours_dir):
+            subprocess.run(["rm", "-rf", folder], check=True)
+        os.makedirs(clean_dir)
+        start = time.time()
+        run(cleanrl_command(os.path.abspath(a.cleanrl_dir), a.script, a.seed, total), clean_dir,
+            os.path.join(runs, "cleanrl.log"), a.timeout_s)
+        print(f"CleanRL's {a.script}: {time.time() - start:.0f} s", flush=True)
+        start = time.time()
+        run(distppo_command(a.script, a.seed, total, s["episode_limit"], runs), a.out,
+            os.path.join(runs, "distppo.log"), a.timeout_s)
+        print(f"distppo --exact-replay: {time.time() - start:.0f} s", flush=True)
+    rows = compare(clean_dir, ours_dir, batch_size(a.script))
+    import pandas as pd
+    table = pd.DataFrame(rows)
+    for key, value in s.items():
+        table[key] = value
+    table.to_parquet(os.path.join(a.out, "comparison.parquet"), index=False)
+    with open(os.path.join(a.out, "study.json"), "w") as f:
+        json.dump(s, f, indent=1)
+    text = readme(s, rows)
+    with open(os.path.join(a.out, "README.md"), "w") as f:
+        f.write(text)
+    print(text)
+
+
+def versions() -> str:
+    import envpool
+    import gymnasium
+    import torch
+    import ale_py
+    return (f"torch {torch.__version__}, numpy {np.__version__}, EnvPool {envpool.__version__}, "
+            f"gymnasium {gymnasium.__version__}, ale-py {ale_py.__version__}")
+
+
+if __name__ == "__main__":
+    main()
