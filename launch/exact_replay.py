@@ -5,7 +5,7 @@
         --script ppo_atari_envpool.py --iterations 100 --out docs/results/exact-replay-envpool
 
 Both sides run the same seed for N iterations (--total-timesteps N * 1024, so both anneal
-the learning rate over those N), one after the other, on one thread each (torch's and the
+the learning rate over those N), side by side, on one thread each (torch's and the
 emulators'). CleanRL's script runs unchanged through launch/cleanrl_side_by_side.py's shims.
 Then every scalar the script writes to TensorBoard is read back from both sides' event files
 and compared: per iteration the learning rate and the seven losses, per game its return and
@@ -71,13 +71,25 @@ def episode_limit(script: str) -> int:
     return 27_000  # gym's NoFrameskip-v4 limit, 108,000 frames, in agent steps
 
 
-def run(cmd: list[str], cwd: str, log: str, timeout_s: float) -> None:
+def run_both(cmds: list[tuple[list[str], str, str]], timeout_s: float) -> None:
+    """(command, cwd, log) of each side, side by side (one thread each); every one must end
+    well within timeout_s."""
     env = dict(os.environ, **ONE_THREAD)
-    with open(log, "w") as f:
-        proc = subprocess.run(cmd, cwd=cwd, stdout=f, stderr=subprocess.STDOUT, env=env,
-                              timeout=timeout_s)
-    if proc.returncode != 0:
-        sys.exit(f"error: {' '.join(cmd[:4])} failed (exit {proc.returncode}): see {log}")
+    procs = []
+    for cmd, cwd, log in cmds:
+        with open(log, "w") as f:
+            procs.append((subprocess.Popen(cmd, cwd=cwd, stdout=f, stderr=subprocess.STDOUT,
+                                           env=env), cmd, log))
+    deadline = time.time() + timeout_s
+    try:
+        for proc, cmd, log in procs:
+            code = proc.wait(timeout=max(1.0, deadline - time.time()))
+            if code != 0:
+                sys.exit(f"error: {' '.join(cmd[:4])} failed (exit {code}): see {log}")
+    finally:
+        for proc, _, _ in procs:  # a failed or timed-out side leaves no other running
+            if proc.poll() is None:
+                proc.kill()
 
 
 def read_scalars(folder: str) -> dict[str, list[tuple[int, float]]]:
@@ -182,6 +194,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--timeout-s", type=float, default=6 * 3600, help="per side")
     ap.add_argument("--report-only", action="store_true", help="compare the runs in OUT/runs")
     a = ap.parse_args(argv)
+    a.out = os.path.abspath(a.out)
     if a.iterations <= 0:
         sys.exit(f"error: --iterations must be > 0, got {a.iterations}")
     if not os.path.isfile(os.path.join(a.cleanrl_dir, "cleanrl", a.script)):
@@ -205,13 +218,11 @@ def main(argv: list[str] | None = None) -> None:
             subprocess.run(["rm", "-rf", folder], check=True)
         os.makedirs(clean_dir)
         start = time.time()
-        run(cleanrl_command(os.path.abspath(a.cleanrl_dir), a.script, a.seed, total), clean_dir,
-            os.path.join(runs, "cleanrl.log"), a.timeout_s)
-        print(f"CleanRL's {a.script}: {time.time() - start:.0f} s", flush=True)
-        start = time.time()
-        run(distppo_command(a.script, a.seed, total, s["episode_limit"], runs), a.out,
-            os.path.join(runs, "distppo.log"), a.timeout_s)
-        print(f"distppo --exact-replay: {time.time() - start:.0f} s", flush=True)
+        run_both([(cleanrl_command(os.path.abspath(a.cleanrl_dir), a.script, a.seed, total),
+                   clean_dir, os.path.join(runs, "cleanrl.log")),
+                  (distppo_command(a.script, a.seed, total, s["episode_limit"], runs), a.out,
+                   os.path.join(runs, "distppo.log"))], a.timeout_s)
+        print(f"both sides ran in {time.time() - start:.0f} s", flush=True)
     rows = compare(clean_dir, ours_dir, batch_size(a.script))
     import pandas as pd
     table = pd.DataFrame(rows)
