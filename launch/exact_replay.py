@@ -146,14 +146,27 @@ def compare_series(tag: str, ours: list, theirs: list, batch: int) -> dict:
     return row
 
 
-def compare(cleanrl_dir: str, distppo_dir: str, batch: int) -> list[dict]:
+def last_iteration(scalars: dict, batch: int) -> int:
+    """The last iteration a side logged whole (every per-iteration tag written)."""
+    return min((max((int(st) // batch for st, _ in scalars.get(tag, [])), default=0)
+                for tag in PER_ITERATION), default=0)
+
+
+def compare(cleanrl_dir: str, distppo_dir: str, batch: int) -> tuple[list[dict], int]:
+    """One row per tag, over the iterations both sides logged whole (a study stopped before
+    its end compares what both finished); returns the rows and that number of iterations."""
     theirs, ours = read_scalars(cleanrl_dir), read_scalars(distppo_dir)
     ours[AVG] = avg_returns(ours.get("charts/episodic_return", []))
+    n = min(last_iteration(theirs, batch), last_iteration(ours, batch))
+    for side in (theirs, ours):
+        for tag in side:
+            side[tag] = [(st, v) for st, v in side[tag] if -(-int(st) // batch) <= n]
     unknown = sorted(set(theirs) - set(PER_ITERATION + PER_GAME + (AVG,) + NOT_COMPARED))
     if unknown:  # a tag this comparison does not know would go unchecked
         sys.exit(f"error: CleanRL's run wrote tags this comparison does not know: {unknown}")
     tags = PER_ITERATION + PER_GAME + ((AVG,) if AVG in theirs else ())
-    return [compare_series(tag, ours.get(tag, []), theirs.get(tag, []), batch) for tag in tags]
+    return [compare_series(tag, ours.get(tag, []), theirs.get(tag, []), batch)
+            for tag in tags], n
 
 
 def commit_of(folder: str) -> str:
@@ -168,16 +181,22 @@ def commit_of(folder: str) -> str:
 
 
 def readme(s: dict, rows: list[dict]) -> str:
-    iters = s["iterations"]
+    iters = s["iterations_compared"]
+    stopped = (f" The runs were stopped after {iters} of their {s['iterations']} iterations; "
+               f"the table compares those {iters}." if iters < s["iterations"] else "")
     lines = [f"# Exact replay: CleanRL's {s['script']} and `distppo train --exact-replay`", "",
-             f"Seed {s['seed']}, {iters} iterations (--total-timesteps {s['total_timesteps']}), "
-             f"{s['env_id']}, time limit {s['episode_limit']} agent steps, one thread a side.",
-             f"CleanRL commit `{s['cleanrl_commit']}`, distppo commit `{s['distppo_commit']}`; "
+             f"Seed {s['seed']}, {s['iterations']} iterations planned (--total-timesteps "
+             f"{s['total_timesteps']}), {iters} compared, "
+             f"{s['env_id']}, time limit {s['episode_limit']} agent steps, one thread a side."
+             + stopped,
+             f"CleanRL commit `{s['cleanrl_commit']}`, distppo commit `{s['distppo_commit']}` "
+             "(as its run's config.json records it; `+dirty` counts untracked files too); "
              f"{s['versions']}.", "",
              "Every scalar the script writes to TensorBoard, both sides' event files read back "
              "(float32), compared point by point in order; `charts/SPS` (wall clock) is not "
-             f"compared. {AVG} is recomputed from distppo's returns (distppo does not write "
-             "it). Made by launch/parity_study.py --exact-replay (launch/exact_replay.py).", "",
+             "compared." + (f" {AVG} is recomputed from distppo's returns (distppo does not "
+                            "write it)." if any(r["tag"] == AVG for r in rows) else "")
+             + " Made by launch/parity_study.py --exact-replay (launch/exact_replay.py).", "",
              "| tag | CleanRL points | distppo points | equal from the start | first differing "
              "iteration | CleanRL | distppo | abs diff |", "|---|---|---|---|---|---|---|---|"]
     notes = []
@@ -194,13 +213,14 @@ def readme(s: dict, rows: list[dict]) -> str:
                if (s["script"], r["tag"]) not in BY_DEFINITION)
     lines += [""] + notes
     lines += ["", f"Verdict: {'identical' if same else 'not identical'}: " + (
-        f"every compared scalar of all {iters} iterations is equal on both sides"
-        + (" (but those named above)" if notes else "") + "." if same else
+        f"every compared scalar of the {iters} iterations is equal on both sides"
+        + (", but for the tags named above, which differ by definition" if notes else "")
+        + "." if same else
         "the table names the first iteration where each tag differs.")]
     return "\n".join(lines) + "\n"
 
 
-def main(argv: list[str] | None = None) -> None:
+def parse(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="parity_study.py --exact-replay",
                                  description=__doc__.splitlines()[0])
     ap.add_argument("--cleanrl-dir", required=True, help="a CleanRL git checkout (has cleanrl/)")
@@ -208,8 +228,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--iterations", type=int, default=100)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--out", required=True, help="folder for the comparison (and runs/)")
-    ap.add_argument("--timeout-s", type=float, default=6 * 3600, help="per side")
-    ap.add_argument("--report-only", action="store_true", help="compare the runs in OUT/runs")
+    ap.add_argument("--timeout-s", type=float, default=6 * 3600, help="for both sides")
+    ap.add_argument("--report-only", action="store_true",
+                    help="compare the runs in OUT/runs (those of a stopped study: the "
+                         "iterations both sides finished)")
     a = ap.parse_args(argv)
     a.out = os.path.abspath(a.out)
     if a.iterations <= 0:
@@ -217,20 +239,39 @@ def main(argv: list[str] | None = None) -> None:
     if not os.path.isfile(os.path.join(a.cleanrl_dir, "cleanrl", a.script)):
         sys.exit(f"error: {a.cleanrl_dir}/cleanrl/{a.script} not found: --cleanrl-dir must be "
                  "a CleanRL checkout")
-    import distppo
-    algo, backend, env_id = SCRIPTS[a.script]
+    return a
+
+
+def distppo_commit(run_dir: str) -> str:
+    """The commit distppo's run recorded in its config.json (`+dirty`: its checkout had
+    changes, untracked files included)."""
+    with open(os.path.join(run_dir, "config.json")) as f:
+        rec = json.load(f)["distppo"]
+    if not rec.get("commit"):
+        sys.exit(f"error: {run_dir} records no distppo commit: run from a git checkout")
+    return rec["commit"] + ("+dirty" if rec.get("dirty") else "")
+
+
+def main(argv: list[str] | None = None) -> None:
+    a = parse(argv)
     total = a.iterations * batch_size(a.script)
-    s = {"script": a.script, "seed": a.seed, "iterations": a.iterations, "env_id": env_id,
-         "total_timesteps": total, "episode_limit": episode_limit(a.script),
-         "cleanrl_commit": commit_of(a.cleanrl_dir),
-         "distppo_commit": commit_of(os.path.dirname(os.path.dirname(distppo.__file__))),
+    s = {"script": a.script, "seed": a.seed, "iterations": a.iterations,
+         "env_id": SCRIPTS[a.script][2], "total_timesteps": total,
+         "episode_limit": episode_limit(a.script), "cleanrl_commit": commit_of(a.cleanrl_dir),
          "versions": versions()}
     runs = os.path.join(a.out, "runs")
     os.makedirs(runs, exist_ok=True)
     with open(os.path.join(a.out, ".gitignore"), "w") as f:
         f.write(IGNORED)
     clean_dir, ours_dir = os.path.join(runs, "cleanrl"), os.path.join(runs, "distppo")
+    planned = os.path.join(a.out, "study.json")
+    if a.report_only and os.path.isfile(planned):  # the study's own plan, not the flags'
+        with open(planned) as f:
+            s.update({k: v for k, v in json.load(f).items() if k in ("iterations",
+                                                                      "total_timesteps")})
     if not a.report_only:
+        with open(planned, "w") as f:  # the plan, before the runs
+            json.dump(s, f, indent=1)
         for folder in (clean_dir, ours_dir):
             subprocess.run(["rm", "-rf", folder], check=True)
         os.makedirs(clean_dir)
@@ -240,16 +281,21 @@ def main(argv: list[str] | None = None) -> None:
                   (distppo_command(a.script, a.seed, total, s["episode_limit"], runs), a.out,
                    os.path.join(runs, "distppo.log"))], a.timeout_s)
         print(f"both sides ran in {time.time() - start:.0f} s", flush=True)
-    rows = compare(clean_dir, ours_dir, batch_size(a.script))
+    s["distppo_commit"] = distppo_commit(ours_dir)
+    rows, s["iterations_compared"] = compare(clean_dir, ours_dir, batch_size(a.script))
+    write_report(a.out, s, rows)
+
+
+def write_report(out: str, s: dict, rows: list[dict]) -> None:
     import pandas as pd
     table = pd.DataFrame(rows)
     for key, value in s.items():
         table[key] = value
-    table.to_parquet(os.path.join(a.out, "comparison.parquet"), index=False)
-    with open(os.path.join(a.out, "study.json"), "w") as f:
+    table.to_parquet(os.path.join(out, "comparison.parquet"), index=False)
+    with open(os.path.join(out, "study.json"), "w") as f:
         json.dump(s, f, indent=1)
     text = readme(s, rows)
-    with open(os.path.join(a.out, "README.md"), "w") as f:
+    with open(os.path.join(out, "README.md"), "w") as f:
         f.write(text)
     print(text)
 
