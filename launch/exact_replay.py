@@ -301,10 +301,10 @@ def write_report(out: str, s: dict, rows: list[dict]) -> None:
 
 
 def versions() -> str:
+    import ale_py
     import envpool
     import gymnasium
     import torch
-    import ale_py
     return (f"torch {torch.__version__}, numpy {np.__version__}, EnvPool {envpool.__version__}, "
             f"gymnasium {gymnasium.__version__}, ale-py {ale_py.__version__}")
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from distppo.config.experiment import experiment_line
-from distppo.config.fields import algorithm, execution, identity, meta, output
+from distppo.config.fields import execution, identity, meta, output
 from distppo.config.sections import (
     MAX_SEED,
     EnvConfig,
@@ -55,15 +55,6 @@ class TrainConfig:
     save_model: bool = output(False)
     """at the end, save the model's state_dict to <run dir>/<exp_name>.cleanrl_model, as
     CleanRL's --save-model (the parameter names of CleanRL's Agent)"""
-    exact_replay: bool = algorithm(False)
-    """draw the random numbers CleanRL's script draws, in its order, so the run equals the
-    script's own run scalar for scalar: actions from torch's global stream (seeded, then the
-    initial weights), minibatches by np.random.shuffle in place on numpy's global seed, on
-    CleanRL's layout and kernels (channels_last and the fused LSTM off, one gradient pass).
-    The script is the experiment's: ppo + envpool ppo_atari_envpool.py, ppo + gym
-    ppo_atari.py, ppo_lstm + gym ppo_atari_lstm.py. Needs --local, one env runner and a CPU
-    learner (--no-cuda); off: each runner draws actions from its own stream (core/sampler.py)"""
-
     def __post_init__(self) -> None:
         self.validate()
 
@@ -90,7 +81,7 @@ class TrainConfig:
             raise ConfigError(
                 f"ppo_lstm minibatches hold whole env sequences: num_envs = {e.num_envs} must be "
                 f"divisible by num_minibatches = {p.num_minibatches}")
-        if self.exact_replay:
+        if p.exact_replay:
             check_exact_replay(self)
         if self.learner.cuda_graphs and p.algo != "ppo":
             raise ConfigError(f"--cuda-graphs is for --algo ppo (the feedforward agent), not "
@@ -222,8 +213,6 @@ def check_exact_replay(cfg: TrainConfig) -> None:
                             for (a, b), s in REPLAYED_SCRIPTS.items())
         raise ConfigError(f"--exact-replay replays one of CleanRL's scripts and --algo "
                           f"{pair[0]} --backend {pair[1]} is none of them: use {scripts}")
-    if not cfg.local:
-        raise ConfigError("--exact-replay runs in one process, as CleanRL's script: add --local")
     r, lr = cfg.runner, cfg.learner
     refused = ((f"--num-env-runners {r.num_env_runners}", r.num_env_runners not in ("auto", 1)),
                (f"--num-learners {lr.num_learners}", lr.num_learners > 1),

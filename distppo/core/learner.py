@@ -51,7 +51,8 @@ class PPOLearner:
         self.optimizer = optim.Adam(self.agent.parameters(), lr=lr, eps=1e-5, capturable=graphs)
         self.captured = CapturedUpdate(self.agent, self.optimizer, cfg) if graphs else None
         # rank r shuffles with seed + r, as CleanRL; --exact-replay: np.random.shuffle's stream
-        self.rng = CleanRLShuffle(seed) if cfg.exact_replay else np.random.default_rng(seed + rank)
+        self.rng = (CleanRLShuffle(seed) if cfg.ppo.exact_replay
+                    else np.random.default_rng(seed + rank))
         self.rank = rank
         self.sync: Optional[GradAllReduce] = None
         threads = torch.get_num_threads() if threads is None else threads

@@ -140,4 +140,4 @@ def make_sampler(cfg: TrainConfig, runner_index: int, video_dir: str | None = No
                               exact_resets=cfg.ppo.lstm_exact_resets, cuda_graphs=graphs)
     return Sampler(groups[0], agent, cfg.ppo.num_steps, runner_index, seed,
                    exact_resets=cfg.ppo.lstm_exact_resets, cuda_graphs=graphs,
-                   exact_replay=cfg.exact_replay)
+                   exact_replay=cfg.ppo.exact_replay)

@@ -80,7 +80,7 @@ def _resolve_local(cfg: TrainConfig, facts: ClusterFacts) -> Placement:
     cfg = cfg.replace(learner_gpus=learner_gpus(cfg, facts.gpus))
     threads = local_threads(cfg, int(facts.cpus))
     on_cpu = learner_on_cpu(cfg, facts.gpus)
-    if cfg.exact_replay:
+    if cfg.ppo.exact_replay:
         if not on_cpu:  # the actions would be drawn from the GPU's stream, not the CPU's
             raise ConfigError("--exact-replay replays CleanRL's script on the CPU and this "
                               "learner would run on a GPU: add --no-cuda")

@@ -22,6 +22,7 @@ from torch.distributions.categorical import Categorical
 from distppo.config import TrainConfig
 from distppo.core.backend import LocalBackend
 from distppo.core.loop import train
+from distppo.distributed.factory import make_backend
 from distppo.errors import ConfigError
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "launch"))
@@ -33,7 +34,10 @@ SCALARS = ("learning_rate", "value_loss", "policy_loss", "entropy", "old_approx_
            "approx_kl", "clipfrac", "explained_variance")
 
 
-def layer_init(layer, std=np.sqrt(2), bias_const=0.0):
+SQRT2 = np.sqrt(2)
+
+
+def layer_init(layer, std=SQRT2, bias_const=0.0):
     torch.nn.init.orthogonal_(layer.weight, std)
     torch.nn.init.constant_(layer.bias, bias_const)
     return layer
@@ -175,7 +179,6 @@ def test_envpool_exact_replay_equals_cleanrl_loop(tmp_path):
 
 
 @pytest.mark.parametrize("flags, refusal", [
-    (dict(local=False), "add --local"),
     (dict(num_env_runners=2), "--num-env-runners 2"),
     (dict(env_groups=2), "--env-groups 2"),
     (dict(overlap=True), "--overlap"),
@@ -185,6 +188,11 @@ def test_envpool_exact_replay_equals_cleanrl_loop(tmp_path):
 def test_exact_replay_refuses_what_it_cannot_honour(tmp_path, flags, refusal):
     with pytest.raises(ConfigError, match=refusal):
         exact_cfg(tmp_path, **flags)
+
+
+def test_exact_replay_refuses_the_ray_runtime(tmp_path):
+    with pytest.raises(ConfigError, match="add --local"):
+        make_backend(exact_cfg(tmp_path, local=False))
 
 
 CLEANRL_DIR = os.environ.get("DISTPPO_CLEANRL_DIR", "")
