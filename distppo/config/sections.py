@@ -131,7 +131,8 @@ class PPOConfig:
     """draw the random numbers CleanRL's script draws, in its order, so the run equals the
     script's own run scalar for scalar: actions from torch's global stream (seeded, then the
     initial weights), minibatches by np.random.shuffle in place on numpy's global seed, on
-    CleanRL's layout and kernels (channels_last and the fused LSTM off, one gradient pass).
+    CleanRL's layout and kernels (channels_last and the fused LSTM off, one gradient pass);
+    on EnvPool without --max-episode-steps, the installed EnvPool's own time limit.
     The script is the experiment's: ppo + envpool ppo_atari_envpool.py, ppo + gym
     ppo_atari.py, ppo_lstm + gym ppo_atari_lstm.py. Needs --local, one env runner and a CPU
     learner (--no-cuda); off: each runner draws actions from its own stream (core/sampler.py)"""

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from distppo.config import TrainConfig
 from distppo.core.threads import shard_plan
+from distppo.envs.games import installed_envpool_limit
 from distppo.errors import ConfigError
 from distppo.placement.sizing import (
     Threads,
@@ -86,6 +87,9 @@ def _resolve_local(cfg: TrainConfig, facts: ClusterFacts) -> Placement:
                               "learner would run on a GPU: add --no-cuda")
         # CleanRL's layout and kernels: plain NCHW convolutions, one LSTM call per time step
         cfg = cfg.replace(channels_last=False, fused_lstm=False)
+        if cfg.env.backend == "envpool" and cfg.env.max_episode_steps is None:
+            # the script makes its pool without a limit: the installed EnvPool's own
+            cfg = cfg.replace(max_episode_steps=installed_envpool_limit(cfg.env.env_id))
     plan = shard_plan(cfg, threads.learner, on_cpu)
     return Placement(cfg.replace(grad_shards=plan.count), threads, threads.learner, on_cpu)
 

@@ -11,15 +11,17 @@ import os
 import sys
 
 import cleanrl_loops
+import envpool
 import pandas as pd
 import pytest
 import torch
 
 from distppo.config import TrainConfig
-from distppo.core.backend import LocalBackend
+from distppo.core.backend import LocalBackend, local_facts
 from distppo.core.loop import train
 from distppo.distributed.factory import make_backend
 from distppo.errors import ConfigError
+from distppo.placement.resolve import resolve
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "launch"))
 import exact_replay  # noqa: E402
@@ -74,6 +76,16 @@ def test_exact_replay_equals_cleanrl_loop(tmp_path, script):
 def test_exact_replay_refuses_what_it_cannot_honour(tmp_path, flags, refusal):
     with pytest.raises(ConfigError, match=refusal):
         exact_cfg(tmp_path, **flags)
+
+
+def test_exact_replay_runs_cleanrl_kernels_and_envpool_limit(tmp_path):
+    """What resolve() turns on: CleanRL's layout and LSTM loop, and on EnvPool the limit the
+    installed EnvPool gives the script's pool (made without max_episode_steps)."""
+    cfg = resolve(exact_cfg(tmp_path, channels_last=True), local_facts()).config
+    assert not cfg.learner.channels_last and not cfg.learner.fused_lstm
+    assert cfg.env.max_episode_steps == envpool.make_spec("Breakout-v5").config.max_episode_steps
+    given = resolve(exact_cfg(tmp_path, max_episode_steps=500), local_facts()).config
+    assert given.env.max_episode_steps == 500
 
 
 def test_exact_replay_refuses_the_ray_runtime(tmp_path):
