@@ -55,6 +55,7 @@ class TrainConfig:
     save_model: bool = output(False)
     """at the end, save the model's state_dict to <run dir>/<exp_name>.cleanrl_model, as
     CleanRL's --save-model (the parameter names of CleanRL's Agent)"""
+
     def __post_init__(self) -> None:
         self.validate()
 
