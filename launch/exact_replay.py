@@ -5,8 +5,10 @@
         --script ppo_atari_envpool.py --iterations 100 --out docs/results/exact-replay-envpool
 
 Both sides run the same seed for N iterations (--total-timesteps N * 1024, so both anneal
-the learning rate over those N), side by side, on one thread each (torch's and the
-emulators'). CleanRL's script runs unchanged through launch/cleanrl_side_by_side.py's shims.
+the learning rate over those N), side by side, each on one torch thread (OMP_NUM_THREADS=1
+for the script, --num-threads 1 for distppo: the float kernels depend on it; the emulators'
+threads do not change any number). CleanRL's script runs unchanged through
+launch/cleanrl_side_by_side.py's shims.
 Then every scalar the script writes to TensorBoard is read back from both sides' event files
 and compared: per iteration the learning rate and the seven losses, per game its return and
 length (in the order the games ended, each in the iteration it ended in), and
@@ -79,7 +81,7 @@ def episode_limit(script: str) -> int:
 
 
 def run_both(cmds: list[tuple[list[str], str, str]], timeout_s: float) -> None:
-    """(command, cwd, log) of each side, side by side (one thread each); every one must end
+    """(command, cwd, log) of each side, side by side (one torch thread each); every one must end
     well within timeout_s."""
     env = dict(os.environ, **ONE_THREAD)
     procs = []
@@ -187,7 +189,7 @@ def readme(s: dict, rows: list[dict]) -> str:
     lines = [f"# Exact replay: CleanRL's {s['script']} and `distppo train --exact-replay`", "",
              f"Seed {s['seed']}, {s['iterations']} iterations planned (--total-timesteps "
              f"{s['total_timesteps']}), {iters} compared, "
-             f"{s['env_id']}, time limit {s['episode_limit']} agent steps, one thread a side."
+             f"{s['env_id']}, time limit {s['episode_limit']} agent steps, one torch thread a side."
              + stopped,
              f"CleanRL commit `{s['cleanrl_commit']}`, distppo commit `{s['distppo_commit']}` "
              "(as its run's config.json records it; `+dirty` counts untracked files too); "
