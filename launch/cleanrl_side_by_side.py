@@ -10,8 +10,9 @@ this checks that baseline against CleanRL itself on the same machine (docs/bench
 
 --algo ppo runs cleanrl/ppo_atari_envpool.py against distppo on EnvPool; --algo ppo_lstm runs
 cleanrl/ppo_atari_lstm.py against distppo on the gym chain. The scripts run unchanged; two
-shims adapt today's libraries to the APIs they were written for: gymnasium 1.x's wrapper names
-(GrayScaleObservation, FrameStack) and, since EnvPool 1.x builds only gymnasium pools, a
+shims adapt today's libraries to the APIs they were written for: gymnasium 0.29's
+GrayScaleObservation (cv2's weights) and FrameStack, its SyncVectorEnv (same-step auto-reset,
+`final_info` as one info dict per done env), and, since EnvPool 1.x builds only gymnasium pools, a
 gym-0.26 view of the pool for `env_type="gym"` (reset -> obs, step -> (obs, reward,
 terminated | truncated, info), gym spaces). SPS is each script's own: CleanRL's last printed
 `SPS:` and distppo's metrics.parquet `sps`, both global_step / seconds since the training
@@ -34,6 +35,53 @@ SCRIPTS = {"ppo": ("ppo_atari_envpool.py", "envpool", "Breakout-v5"),
            "ppo_lstm": ("ppo_atari_lstm.py", "gym", "BreakoutNoFrameskip-v4")}
 
 
+def grayscale_029(env):
+    """gymnasium 0.29's GrayScaleObservation(env): cv2's RGB -> grey, [H, W, 3] -> [H, W]
+    (1.x's GrayscaleObservation weighs the channels otherwise)."""
+    import cv2
+    import gymnasium
+    import numpy as np
+    h, w = env.observation_space.shape[:2]
+    return gymnasium.wrappers.TransformObservation(
+        env, lambda o: cv2.cvtColor(o, cv2.COLOR_RGB2GRAY),
+        gymnasium.spaces.Box(0, 255, (h, w), np.uint8))
+
+
+def sync_vector_env_029():
+    """gymnasium 0.29's SyncVectorEnv, which CleanRL's gym scripts were written for: the
+    observation returned with a done is the next game's first (same-step auto-reset), and
+    infos["final_info"] is an object array holding each done env's last info dict (None
+    elsewhere), where 1.x gives one dict of arrays and masks."""
+    import gymnasium
+    import numpy as np
+    from gymnasium.vector import AutoresetMode
+
+    def env_info(batched: dict, i: int) -> dict:
+        """Env i's info dict out of a 1.x batched info (`_key` masks say which envs have
+        `key`)."""
+        out = {}
+        for key, value in batched.items():
+            if key.startswith("_") or not batched.get(f"_{key}", np.ones(i + 1, bool))[i]:
+                continue
+            out[key] = env_info(value, i) if isinstance(value, dict) else value[i]
+        return out
+
+    class SyncVectorEnv029(gymnasium.vector.SyncVectorEnv):
+        def __init__(self, env_fns, **kwargs):
+            super().__init__(env_fns, autoreset_mode=AutoresetMode.SAME_STEP, **kwargs)
+
+        def step(self, actions):
+            obs, reward, terminated, truncated, infos = super().step(actions)
+            if "final_info" in infos:
+                final = np.full(self.num_envs, None, dtype=object)
+                for i in np.flatnonzero(infos["_final_info"]):
+                    final[i] = env_info(infos["final_info"], int(i))
+                infos = dict(infos, final_info=final)
+            return obs, reward, terminated, truncated, infos
+
+    return SyncVectorEnv029
+
+
 def run_cleanrl_in_this_process(script: str, args: list[str]) -> None:
     """The shims, then the script as __main__."""
     import ale_py
@@ -42,8 +90,9 @@ def run_cleanrl_in_this_process(script: str, args: list[str]) -> None:
     import numpy as np
 
     gymnasium.register_envs(ale_py)
-    gymnasium.wrappers.GrayScaleObservation = gymnasium.wrappers.GrayscaleObservation
+    gymnasium.wrappers.GrayScaleObservation = grayscale_029
     gymnasium.wrappers.FrameStack = gymnasium.wrappers.FrameStackObservation
+    gymnasium.vector.SyncVectorEnv = sync_vector_env_029()
     make = envpool.make
 
     class GymView:

@@ -20,6 +20,9 @@ runs, or from whatever exists with --report-only. With --stop-at-iteration N eve
 once its files hold iteration N (the learning rate still annealed over the whole budget): a
 cheaper study of the early diagnostics, judged by seed, for more seeds a side.
 
+With --exact-replay it is another study: one seed of CleanRL's script and of `distppo train
+--exact-replay`, compared scalar for scalar (launch/exact_replay.py says how).
+
 Interrupted (Ctrl-C, SIGTERM), the same command continues: a finished run is kept, an
 unfinished distppo run continues with `distppo train --resume`, an unfinished CleanRL run
 starts again from scratch.
@@ -380,6 +383,10 @@ def main() -> None:
     if len(sys.argv) > 2 and sys.argv[1] == "--run-cleanrl":  # the child of a CleanRL run
         from cleanrl_side_by_side import run_cleanrl_in_this_process
         run_cleanrl_in_this_process(sys.argv[2], sys.argv[3:])
+        return
+    if "--exact-replay" in sys.argv[1:]:  # one seed, scalar for scalar (exact_replay.py)
+        import exact_replay
+        exact_replay.main([x for x in sys.argv[1:] if x != "--exact-replay"])
         return
     a = parse(sys.argv[1:])
     out = os.path.abspath(a.out)

@@ -128,6 +128,16 @@ class PPOConfig:
     observation of a new life and leave EnvPool's reset step out of the loss, as in the gym
     ordering; off = CleanRL's LSTM loop on EnvPool's ordering, unchanged (docs/semantics.md)"""
 
+    exact_replay: bool = algorithm(False)
+    """draw the random numbers CleanRL's script draws, in its order, so the run equals the
+    script's own run scalar for scalar: actions from torch's global stream (seeded, then the
+    initial weights), minibatches by np.random.shuffle in place on numpy's global seed, on
+    CleanRL's layout and kernels (channels_last and the fused LSTM off, one gradient pass);
+    on EnvPool without --max-episode-steps, the installed EnvPool's own time limit.
+    The script is the experiment's: ppo + envpool ppo_atari_envpool.py, ppo + gym
+    ppo_atari.py, ppo_lstm + gym ppo_atari_lstm.py. Needs --local, one env runner and a CPU
+    learner (--no-cuda); off: each runner draws actions from its own stream (core/sampler.py)"""
+
     def validate(self) -> None:
         if self.algo not in ALGOS:
             raise ConfigError(f"unknown algo {self.algo!r}: use one of {', '.join(ALGOS)}")

@@ -82,6 +82,8 @@ class TrainConfig:
             raise ConfigError(
                 f"ppo_lstm minibatches hold whole env sequences: num_envs = {e.num_envs} must be "
                 f"divisible by num_minibatches = {p.num_minibatches}")
+        if p.exact_replay:
+            check_exact_replay(self)
         if self.learner.cuda_graphs and p.algo != "ppo":
             raise ConfigError(f"--cuda-graphs is for --algo ppo (the feedforward agent), not "
                               f"{p.algo}: drop --cuda-graphs")
@@ -196,6 +198,35 @@ class TrainConfig:
             raise ConfigError(f"--total-timesteps {new.ppo.total_timesteps} is less than the "
                               f"run's {self.ppo.total_timesteps}: --resume can only extend a run")
         return new, changed
+
+
+# (algo, backend) -> the CleanRL script --exact-replay replays
+REPLAYED_SCRIPTS = {("ppo", "envpool"): "ppo_atari_envpool.py", ("ppo", "gym"): "ppo_atari.py",
+                    ("ppo_lstm", "gym"): "ppo_atari_lstm.py"}
+
+
+def check_exact_replay(cfg: TrainConfig) -> None:
+    """--exact-replay's one process, one runner, one learner and CleanRL's kernels: anything
+    asked that would draw other numbers or round differently is a one-line ConfigError."""
+    pair = (cfg.ppo.algo, cfg.env.backend)
+    if pair not in REPLAYED_SCRIPTS:
+        scripts = "; ".join(f"--algo {a} --backend {b} ({s})"
+                            for (a, b), s in REPLAYED_SCRIPTS.items())
+        raise ConfigError(f"--exact-replay replays one of CleanRL's scripts and --algo "
+                          f"{pair[0]} --backend {pair[1]} is none of them: use {scripts}")
+    r, lr = cfg.runner, cfg.learner
+    refused = ((f"--num-env-runners {r.num_env_runners}", r.num_env_runners not in ("auto", 1)),
+               (f"--num-learners {lr.num_learners}", lr.num_learners > 1),
+               ("--overlap", r.overlap), (f"--env-groups {r.env_groups}", r.env_groups > 1),
+               ("--compile", lr.compile),
+               (f"--grad-shards {lr.grad_shards}", lr.grad_shards not in ("auto", 1)),
+               ("--cuda-graphs", lr.cuda_graphs), (f"--amp {lr.amp}", lr.amp != "off"),
+               ("--device cuda", lr.device == "cuda"),
+               ("--runner-device cuda", r.runner_device == "cuda"))
+    for what, on in refused:
+        if on:
+            raise ConfigError(f"--exact-replay does not combine with {what}: CleanRL's script "
+                              f"steps one vector env and updates once on the CPU; drop {what}")
 
 
 def resume_flags() -> str:

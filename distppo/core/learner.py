@@ -13,7 +13,7 @@ from distppo.config import TrainConfig
 from distppo.core.captured import CapturedStep
 from distppo.core.models import make_agent
 from distppo.core.rollout import RolloutBatch
-from distppo.core.seeds import set_torch_deterministic
+from distppo.core.seeds import CleanRLShuffle, set_torch_deterministic
 from distppo.core.shards import ShardPool
 from distppo.core.update import GradAllReduce, resolve_device, update
 from distppo.errors import ConfigError
@@ -50,7 +50,9 @@ class PPOLearner:
             else cfg.ppo.learning_rate
         self.optimizer = optim.Adam(self.agent.parameters(), lr=lr, eps=1e-5, capturable=graphs)
         self.captured = CapturedStep(self.agent, self.optimizer, cfg) if graphs else None
-        self.rng = np.random.default_rng(seed + rank)  # rank r shuffles with seed + r, as CleanRL
+        # rank r shuffles with seed + r, as CleanRL; --exact-replay: np.random.shuffle's stream
+        self.rng = (CleanRLShuffle(seed) if cfg.ppo.exact_replay
+                    else np.random.default_rng(seed + rank))
         self.rank = rank
         self.sync: Optional[GradAllReduce] = None
         threads = torch.get_num_threads() if threads is None else threads
@@ -65,6 +67,8 @@ class PPOLearner:
         self.shards.start(threads, wide, ready)
         if self.shards.plan.count > 1:  # every op of a sliced update on a slice's threads, so
             torch.set_num_threads(self.shards.plan.intra)  # its numbers never depend on width
+        if isinstance(self.rng, CleanRLShuffle):
+            self.rng.start_iteration()
         try:
             return update(self.agent, self.optimizer, batch, self.cfg, iteration, self.rng,
                           self.device, self.sync, self.shards, step=self.captured)

@@ -37,15 +37,18 @@ from distppo.envs.types import StepResult
 class Sampler:
     def __init__(self, groups: list, agent: torch.nn.Module, num_steps: int,
                  runner_index: int = 0, seed: int = 0, exact_resets: bool = False,
-                 overlap: bool = True, cuda_graphs: bool = False):
+                 overlap: bool = True, cuda_graphs: bool = False, exact_replay: bool = False):
         """groups: the runner's vector envs, one per group (one: CleanRL's loop); overlap: a
-        thread per group when there are several."""
+        thread per group when there are several; exact_replay (--exact-replay): actions from
+        torch's global stream, as CleanRL's probs.sample(), which the learner seeds right
+        before the initial weights."""
         self.groups = groups
         self.agent = agent
         self.num_steps = num_steps
         self.runner_index = runner_index
         self.seed = seed
-        self.generator = torch.Generator().manual_seed(seed)  # this sampler's action stream
+        # this sampler's action stream (--exact-replay: torch's global one)
+        self.generator = None if exact_replay else torch.Generator().manual_seed(seed)
         self.weights_version = 0
         bounds = np.cumsum([0] + [g.num_envs for g in groups])
         self.slices = [slice(int(lo), int(hi)) for lo, hi in zip(bounds[:-1], bounds[1:])]
@@ -241,4 +244,5 @@ def sampler_on(cfg: TrainConfig, envs: RunnerEnvs, runner_index: int,
     if graphs:  # the captured steps' draws: the device's stream, this runner's seed
         torch.cuda.manual_seed(envs.seed)
     return Sampler(envs.groups, agent, cfg.ppo.num_steps, runner_index, envs.seed,
-                   exact_resets=cfg.ppo.lstm_exact_resets, cuda_graphs=graphs)
+                   exact_resets=cfg.ppo.lstm_exact_resets, cuda_graphs=graphs,
+                   exact_replay=cfg.ppo.exact_replay)

@@ -35,3 +35,33 @@ def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
+
+
+class CleanRLShuffle:
+    """CleanRL's minibatch index stream, for --exact-replay: each iteration starts from
+    `np.arange(n)` and each epoch shuffles that same array in place with `np.random.shuffle`
+    (so an epoch's order builds on the last one's), on numpy's legacy generator seeded as
+    `np.random.seed(seed)` seeds the global one. A stand-in for the learner's
+    np.random.Generator: `permutation(n)` is the next epoch's order of n indices."""
+
+    def __init__(self, seed: int):
+        self.random = np.random.RandomState(seed)  # the stream np.random.seed(seed) starts
+        self.bit_generator = self  # the learner's checkpoint reads and sets .bit_generator.state
+        self.inds: dict[int, np.ndarray] = {}
+
+    def start_iteration(self) -> None:
+        """A new iteration: CleanRL's b_inds (envinds for PPO-LSTM) is a fresh np.arange."""
+        self.inds.clear()
+
+    def permutation(self, n: int) -> np.ndarray:
+        inds = self.inds.setdefault(n, np.arange(n))
+        self.random.shuffle(inds)
+        return inds.copy()
+
+    @property
+    def state(self) -> dict:
+        return self.random.get_state(legacy=False)
+
+    @state.setter
+    def state(self, value: dict) -> None:
+        self.random.set_state(value)

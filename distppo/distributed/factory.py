@@ -5,6 +5,7 @@ from typing import Optional
 
 from distppo.config import TrainConfig
 from distppo.core.backend import Backend, LocalBackend
+from distppo.errors import ConfigError
 from distppo.telemetry.faultlog import OnFault
 
 
@@ -13,5 +14,7 @@ def make_backend(cfg: TrainConfig, video_dir: Optional[str] = None,
     """LocalBackend with `local` (Ray is not even imported), else RayBackend."""
     if cfg.local:
         return LocalBackend(cfg, video_dir, on_fault)
+    if cfg.ppo.exact_replay:  # actions from one process's global torch stream, as the script's
+        raise ConfigError("--exact-replay runs in one process, as CleanRL's script: add --local")
     from distppo.distributed.backend import RayBackend
     return RayBackend(cfg, video_dir, on_fault)

@@ -191,6 +191,15 @@ def expand_games(values: Sequence[str]) -> tuple[str, ...]:
 DEFAULT_MAX_EPISODE_STEPS = {"envpool": 108_000, "gym": 27_000, "ale": 27_000}
 
 
+def installed_envpool_limit(env_id: str) -> int:
+    """The time limit (agent steps) the installed EnvPool gives a pool made without
+    max_episode_steps, as CleanRL's ppo_atari_envpool.py makes it (27,000 on EnvPool 1.x,
+    108,000 on the 0.6.6 of CleanRL's benchmark)."""
+    import envpool
+    return int(envpool.make_spec(resolve_env_id(env_id, "envpool").v5_id)
+               .config.max_episode_steps)
+
+
 def episode_limit(env_id: str, backend: str, requested: Optional[int] = None) -> Optional[int]:
     """The Atari time limit in agent steps a run uses; None for vector-observation envs."""
     if resolve_env_id(env_id, backend).kind != "atari":

@@ -13,6 +13,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from distppo.config import TrainConfig
+from distppo.envs.games import installed_envpool_limit
 from distppo.errors import ConfigError
 from distppo.placement.shards import shard_plan
 from distppo.placement.sizing import (
@@ -87,6 +88,15 @@ def _resolve_local(cfg: TrainConfig, facts: ClusterFacts) -> Placement:
     cfg = cfg.replace(learner_gpus=learner_gpus(cfg, facts.gpus))
     threads = local_threads(cfg, int(facts.cpus))
     on_cpu = learner_on_cpu(cfg, facts.gpus)
+    if cfg.ppo.exact_replay:
+        if not on_cpu:  # the actions would be drawn from the GPU's stream, not the CPU's
+            raise ConfigError("--exact-replay replays CleanRL's script on the CPU and this "
+                              "learner would run on a GPU: add --no-cuda")
+        # CleanRL's layout and kernels: plain NCHW convolutions, one LSTM call per time step
+        cfg = cfg.replace(channels_last=False, fused_lstm=False)
+        if cfg.env.backend == "envpool" and cfg.env.max_episode_steps is None:
+            # the script makes its pool without a limit: the installed EnvPool's own
+            cfg = cfg.replace(max_episode_steps=installed_envpool_limit(cfg.env.env_id))
     plan = shard_plan(cfg, threads.learner, on_cpu)
     return Placement(cfg.replace(grad_shards=plan.count), threads, threads.learner, on_cpu)
 
