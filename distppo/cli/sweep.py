@@ -125,7 +125,8 @@ def ignored_on_resume(args: argparse.Namespace) -> list[str]:
     except Exception:  # noqa: BLE001 - unreadable or no sweep: resume_sweep's one line
         return []
     given = {k: tuple(v) if isinstance(v, list) else v for k, v in vars(args).items()
-             if k in SweepConfig.__dataclass_fields__ and k not in RESUME_APPLIES}
+             if k in SweepConfig.__dataclass_fields__ and k not in RESUME_APPLIES
+             and v is not None}  # None: not given
     if args.games:
         given["games"] = tuple(expand_games(args.games))
     pairs = [(("--algo" if k == "algos" else f"--{flag_name(k)}"), v, getattr(stored, k))

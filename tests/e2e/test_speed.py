@@ -602,6 +602,7 @@ def test_set_omp_spincount(preset, torch_first, value, expect):
 
 MALLOC_PROBE = """
 import resource, sys, torch
+import distppo.config  # as in a run's process: the config is loaded before its first update
 from distppo.core.threads import reuse_freed_memory
 applied = reuse_freed_memory(sys.argv[1] == "on")
 def faults():
