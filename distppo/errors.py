@@ -61,7 +61,7 @@ class Terminated(KeyboardInterrupt):
 
 _SIGTERM = threading.Event()
 # set where Ray is left in a state its C++ teardown at exit crashed in now and then (a stop
-# that interrupted ray.init, a GCS that no longer answers): the CLI then ends with os._exit
+# that interrupted ray.init, a GCS that has stopped answering): the CLI then ends with os._exit
 # once its line is out (Ray's processes are stopped or reaped: distributed/reaper.py)
 end_now = threading.Event()
 

@@ -35,7 +35,7 @@ def make_atari_gym_env(gym_id: str, frame_stack: int, max_episode_steps: int = 2
         NoopResetEnv,
     )
 
-    gym.register_envs(ale_py)  # gymnasium 1.x no longer finds ale-py's ids by itself
+    gym.register_envs(ale_py)  # gymnasium 1.x does not find ale-py's ids by itself
     # The kwargs are every one a NoFrameskip-v4 id registers (ale_py/registration.py), so the
     # env is the v4 one whichever registered id of the ROM builds it (v4_or_v5_id).
     env = gym.make(v4_or_v5_id(gym_id), frameskip=1, repeat_action_probability=0.0,
