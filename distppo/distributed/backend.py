@@ -36,6 +36,7 @@ from distppo.errors import JobEnded, LearnerFailure, RunnerFailure, UserError, e
 from distppo.placement.resolve import Placement, resolve
 from distppo.placement.sizing import (
     learner_bundle,
+    learner_cpus,
     required_resources,
     runner_bundle,
     runner_gpus,
@@ -179,11 +180,10 @@ class RayBackend:
                              "while starting: see their logs in the Ray session folder")
 
     def _start_learners(self) -> list:
-        lr, r = self.cfg.learner, self.cfg.runner
-        # --act-in learner: each learner's process steps its runner's envs on its CPUs too
-        cpus = lr.learner_cpus + (r.runner_cpus if not self.runners else 0.0)
+        lr = self.cfg.learner
         incarnation, self.learner_starts = self.learner_starts, self.learner_starts + 1
-        return [RemoteLearner.options(num_cpus=cpus, num_gpus=lr.learner_gpus,
+        return [RemoteLearner.options(num_cpus=learner_cpus(self.cfg),
+                                      num_gpus=lr.learner_gpus,
                                       scheduling_strategy=group_strategy(learner_bundle(rank)),
                                       max_restarts=0).remote(self.cfg, self.obs_shape,
                                                              self.num_actions, rank,

@@ -200,15 +200,22 @@ def trial_bundles(train: TrainConfig, trial_cpus: float) -> list[dict]:
     gpus = 0.0 if lr.learner_gpus == "auto" else lr.learner_gpus
     if train.local:  # LocalBackend: samplers and learner live in the trial process itself
         return [{"CPU": trial_cpus, "GPU": gpus}]
-    if r.act_in == "learner":  # each learner steps its runner's envs: its CPUs too
+    if r.act_in == "learner":
         return ([{"CPU": trial_cpus}]
-                + [{"CPU": lr.learner_cpus + r.runner_cpus, "GPU": gpus}] * lr.num_learners)
+                + [{"CPU": learner_cpus(train), "GPU": gpus}] * lr.num_learners)
     runner = {"CPU": r.runner_cpus}
     if r.runner_device == "cuda":
         runner["GPU"] = runner_gpus(train, 0.0)
     return ([{"CPU": trial_cpus}]
             + [{"CPU": lr.learner_cpus, "GPU": gpus}] * lr.num_learners
             + [runner] * runner_count(train))
+
+
+def learner_cpus(train: TrainConfig) -> float:
+    """The CPUs Ray reserves per learner: --learner-cpus, and with --act-in learner its
+    runner's --runner-cpus too (the learner's process steps that runner's envs)."""
+    r = train.runner
+    return train.learner.learner_cpus + (r.runner_cpus if r.act_in == "learner" else 0.0)
 
 
 def learner_bundle(rank: int) -> int:
