@@ -1,5 +1,5 @@
 """A Ray job's driver for test_distributed.py: a detached actor of this job trains a run on the
-Ray backend (a real learner actor, held in its third update by DISTPPO_FAULT_PAUSE), as a
+Ray runtime (a real learner actor, held in its third update by DISTPPO_FAULT_PAUSE), as a
 sweep's trial does. A detached actor outlives its job's end, so the test can end the job (it
 SIGKILLs this driver) and then kill the learner while the trainer still runs: exactly what a
 trial sees when the teardown of its driver's job kills its learner first."""
@@ -22,11 +22,11 @@ class Host:
 
     def start(self, cfg: TrainConfig) -> None:
         from distppo.core.loop import train
-        from distppo.distributed.factory import make_backend
+        from distppo.distributed.factory import make_runtime
 
         def work() -> None:
             try:
-                train(cfg, make_backend, progress=False)
+                train(cfg, make_runtime, progress=False)
                 self.outcome = "finished"
             except BaseException as exc:  # noqa: BLE001 - the test reads which one
                 self.outcome = type(exc).__name__

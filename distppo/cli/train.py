@@ -47,8 +47,8 @@ def _train(args: argparse.Namespace) -> int:
     set_omp_spincount(given.get("omp_spincount", base.runner.omp_spincount))
     from distppo.core.checkpoint import model_path
     from distppo.core.loop import train
-    from distppo.distributed.factory import make_backend
-    paths = train(cfg, make_backend, resume=args.resume, progress=True, given=given,
+    from distppo.distributed.factory import make_runtime
+    paths = train(cfg, make_runtime, resume=args.resume, progress=True, given=given,
                   stored=stored)
     print(f"run folder:  {paths.run_dir}")
     print(f"metrics:     {paths.parquet}")

@@ -1,7 +1,7 @@
-"""The iteration loop, one for every backend (core/backend.py, distributed/backend.py).
+"""The iteration loop, one for every runtime (core/runtime.py, distributed/runtime.py).
 
-train() prepares the run folder (core/runfolder.py), builds the backend through the factory it
-is given (the CLI passes distributed.make_backend; tests pass LocalBackend or RayBackend) and
+train() prepares the run folder (core/runfolder.py), builds the runtime through the factory it
+is given (the CLI passes distributed.make_runtime; tests pass LocalRuntime or RayRuntime) and
 runs Loop.
 """
 from __future__ import annotations
@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Callable, Optional, Sequence
 
 from distppo.config import TrainConfig
-from distppo.core.backend import Backend, BackendInfo
 from distppo.core.checkpoint import (
     latest_checkpoint,
     load_checkpoint,
@@ -26,6 +25,7 @@ from distppo.core.checkpoint import (
 )
 from distppo.core.rollout import RolloutMeta
 from distppo.core.runfolder import Prepared, claim, discard, prepare_run
+from distppo.core.runtime import Runtime, RuntimeInfo
 from distppo.core.seeds import seed_everything, set_torch_deterministic
 from distppo.errors import LearnerFailure, StorageError, mark_resumable
 from distppo.placement.resolve import Placement
@@ -41,14 +41,14 @@ from distppo.telemetry.tensorboard import TB_SCALARS, TensorBoardWriter
 from distppo.telemetry.trackers import Tracker, close_all, make_trackers
 from distppo.testing import faults
 
-BackendFactory = Callable[[TrainConfig, Optional[str], OnFault], Backend]
+RuntimeFactory = Callable[[TrainConfig, Optional[str], OnFault], Runtime]
 OnIteration = Callable[[dict, Optional[str]], None]
 MAX_LEARNER_RECOVERIES = 3
 COUNTERS = ("runner_restarts", "learner_recoveries")  # fault counters of a run (faultlog.py)
 FLUSH_EVERY_S = 60.0  # metrics.parquet of a live run is at most this far behind its rows
 
 
-def train(cfg: TrainConfig, backend_factory: BackendFactory, resume: Optional[str] = None,
+def train(cfg: TrainConfig, runtime_factory: RuntimeFactory, resume: Optional[str] = None,
           progress: bool = True, on_iteration: Optional[OnIteration] = None,
           given: Optional[dict] = None, fault_log: Optional[FaultLog] = None,
           stored: Optional[tuple[TrainConfig, str]] = None) -> RunPaths:
@@ -65,13 +65,13 @@ def train(cfg: TrainConfig, backend_factory: BackendFactory, resume: Optional[st
     lock = claim(run)
     loop = None
     try:
-        loop = _start(run, backend_factory, progress, fault_log)
+        loop = _start(run, runtime_factory, progress, fault_log)
         try:
             loop.run(on_iteration)
             if run.cfg.save_model:  # CleanRL's --save-model: the bare state_dict at the end
                 with storage_errors(run.paths.run_dir):
                     save_model(model_path(run.paths.run_dir, run.cfg.exp_name),
-                               loop.backend.learner_state()["model"])
+                               loop.runtime.learner_state()["model"])
         except BaseException:
             loop.close(quiet=True, ok=False)  # the error that stopped the run is the one to report
             raise
@@ -92,14 +92,14 @@ def train(cfg: TrainConfig, backend_factory: BackendFactory, resume: Optional[st
     return run.paths
 
 
-def _start(run: Prepared, backend_factory: BackendFactory, progress: bool,
+def _start(run: Prepared, runtime_factory: RuntimeFactory, progress: bool,
            fault_log: Optional[FaultLog]) -> "Loop":
     cfg, paths, state = run.cfg, run.paths, run.state
     if progress:  # the output's first line: which experiment this is
         print(cfg.experiment(), flush=True)
     if state is None:
         write_config_json(paths.config_json, cfg, paths.run_id)
-    seed_everything(cfg.seed)  # this process's threads: its backend's placement sets them
+    seed_everything(cfg.seed)  # this process's threads: its runtime's placement sets them
     set_torch_deterministic(cfg.torch_deterministic)
     # Trackers first: a W&B or MLflow error stops the run before any env or actor exists
     # (train() then removes the new run's folder).
@@ -108,14 +108,14 @@ def _start(run: Prepared, backend_factory: BackendFactory, progress: bool,
     logged = log.counts()  # by earlier attempts; this one's go to the counter as they happen
     counter = FaultCounter(log)
     try:
-        backend = backend_factory(cfg, paths.videos if cfg.env.capture_video else None, counter)
+        runtime = runtime_factory(cfg, paths.videos if cfg.env.capture_video else None, counter)
     except BaseException:
         close_all(trackers, ok=False)
         raise
     try:
-        loop = Loop(cfg, paths, backend, state, progress, trackers, counter, logged)
+        loop = Loop(cfg, paths, runtime, state, progress, trackers, counter, logged)
     except BaseException:
-        backend.close()
+        runtime.close()
         close_all(trackers, ok=False)
         raise
     if state is not None:  # only a resume that got going changes the stored config
@@ -137,14 +137,14 @@ class Pending:
 class Loop:
     """The state of one run's iteration loop: counters, writers, the rollout in flight."""
 
-    def __init__(self, cfg: TrainConfig, paths: RunPaths, backend: Backend,
+    def __init__(self, cfg: TrainConfig, paths: RunPaths, runtime: Runtime,
                  state: Optional[dict], progress: bool, trackers: Sequence[Tracker],
                  counter: FaultCounter, logged: Counter):
-        self.paths, self.backend = paths, backend
+        self.paths, self.runtime = paths, runtime
         # the config that runs: every auto a number (placement/resolve.py), recorded once
-        self.placement: Placement = backend.placement
+        self.placement: Placement = runtime.placement
         self.cfg = cfg = self.placement.config
-        self.info: BackendInfo = backend.describe()
+        self.info: RuntimeInfo = runtime.describe()
         if progress:
             print(self.info.summary(), flush=True)
         if state is None:
@@ -156,14 +156,14 @@ class Loop:
         self.iteration, self.global_step, elapsed_before = 0, 0, 0.0
         # Each fault counter of the run before this process: the fault log, or for a run folder
         # without one, the rows a crashed attempt wrote past its checkpoint. This process's
-        # faults are counted (and logged) by `counter`, from the backend and from recover().
+        # faults are counted (and logged) by `counter`, from the runtime and from recover().
         self.counter = counter
         self.before = {k: max(logged[k], self._so_far(k, state)) for k in COUNTERS}
         self.recoveries = 0  # learner recoveries of this process (MAX_LEARNER_RECOVERIES)
         self.rows_written = 0
         if state is not None:
             try:
-                backend.load_learner_state(state["learner"])
+                runtime.load_learner_state(state["learner"])
             except LearnerFailure as exc:  # killed as the resume loads it: a recovery too
                 self.replace_learners(exc, state["learner"])
             set_rng_state(state["rng"])
@@ -215,12 +215,12 @@ class Loop:
     def sample_and_learn(self) -> tuple[list[RolloutMeta], dict, int]:
         """One iteration's rollout and update; returns the rollout's metas, the losses, and
         the weight version the rollout was sampled with."""
-        cfg, backend, timer, iteration = self.cfg, self.backend, self.timer, self.iteration
+        cfg, runtime, timer, iteration = self.cfg, self.runtime, self.timer, self.iteration
         timer.reset()
         with timer.phase("iteration"):
             if self.pending is None:  # no rollout in flight: sample with the newest weights
                 self.start_rollout(iteration - 1)
-            metas, payload = backend.finish_rollout(self.pending.handle)
+            metas, payload = runtime.finish_rollout(self.pending.handle)
             version, self.pending = self.pending.version, None
             stale = [m.runner_index for m in metas if m.weights_version != version]
             if stale:
@@ -230,11 +230,11 @@ class Loop:
                 # runners collect iteration k+1 with the weights of k while we learn on k
                 self.start_rollout(iteration - 1)
             with timer.phase("learn"):
-                stats = backend.learn(payload, iteration)
+                stats = runtime.learn(payload, iteration)
         return metas, stats, version
 
     def start_rollout(self, version: int) -> None:
-        self.pending = Pending(self.backend.start_rollout(version), version)
+        self.pending = Pending(self.runtime.start_rollout(version), version)
 
     def record(self, metas: list[RolloutMeta], stats: dict, version: int,
                on_iteration: Optional[OnIteration]) -> None:
@@ -255,7 +255,7 @@ class Loop:
         self.timer.add("env", max(m.t_env_s for m in metas))
         self.timer.add("infer", max(m.t_infer_s for m in metas))
         for name in ("wait", "transfer"):
-            self.timer.add(name, self.backend.timings.get(f"t_{name}_s", 0.0))
+            self.timer.add(name, self.runtime.timings.get(f"t_{name}_s", 0.0))
         row = iteration_row(cfg, self.paths.run_id, self.info, metas, stats,
                             self.timer.as_columns(), iteration, self.global_step, wall,
                             policy_lag=iteration - 1 - version,
@@ -324,7 +324,7 @@ class Loop:
         while True:
             self._count_recovery(cause)
             try:
-                self.backend.recover_learners(learner_state)
+                self.runtime.recover_learners(learner_state)
                 return
             except LearnerFailure as exc:
                 cause = exc
@@ -340,7 +340,7 @@ class Loop:
                                keep=self.cfg.keep_checkpoints)
 
     def checkpoint_state(self, wall: float) -> dict:
-        return {"learner": self.backend.learner_state(), "iteration": self.iteration,
+        return {"learner": self.runtime.learner_state(), "iteration": self.iteration,
                 "global_step": self.global_step, "wall_clock_s": wall, "rng": rng_state(),
                 "episodes": self.tracker.state_dict(),
                 "runner_restarts": self.counted("runner_restarts"),
@@ -357,7 +357,7 @@ class Loop:
         return state["wall_clock_s"]
 
     def close(self, quiet: bool = False, ok: bool = True) -> None:
-        """Flush the rows, close the writers and trackers, stop the backend. quiet: an error
+        """Flush the rows, close the writers and trackers, stop the runtime. quiet: an error
         that stops the run is already on its way; a second one from here (the same full disk)
         must not hide it, so each step runs and errors are dropped. ok: the run reached its
         last iteration (trackers mark their run finished, else failed)."""
@@ -366,7 +366,7 @@ class Loop:
                              (self.sink.flush, True), (self.sink.close, True),
                              (self.tb.close, True),
                              (lambda: close_all(self.trackers, ok), False),
-                             (self.backend.close, False)):
+                             (self.runtime.close, False)):
             try:
                 if step is not None and writes:
                     with storage_errors(self.paths.run_dir):
@@ -379,7 +379,7 @@ class Loop:
             raise first
 
 
-def iteration_row(cfg: TrainConfig, run_id: str, info: BackendInfo, metas: list[RolloutMeta],
+def iteration_row(cfg: TrainConfig, run_id: str, info: RuntimeInfo, metas: list[RolloutMeta],
                   stats: dict, timings: dict, iteration: int, global_step: int, wall: float,
                   policy_lag: int, runner_restarts: int, learner_recoveries: int) -> dict:
     """One Parquet row (telemetry/schema.py) but for the episode columns (EpisodeTracker)."""

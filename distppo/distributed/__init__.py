@@ -1,1 +1,1 @@
-"""The Ray shells of a single run: actors around core's plain objects, and RayBackend."""
+"""The Ray shells of a single run: actors around core's plain objects, and RayRuntime."""

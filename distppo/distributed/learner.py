@@ -16,9 +16,9 @@ import torch
 import torch.distributed as dist
 
 from distppo.config import TrainConfig
-from distppo.core.backend import device_name
 from distppo.core.learner import PPOLearner
 from distppo.core.rollout import RolloutBatch, RolloutMeta
+from distppo.core.runtime import device_name
 from distppo.core.sampler import make_envs, sampler_on
 from distppo.core.threads import reuse_freed_memory, within_cores
 from distppo.core.update import GradAllReduce

@@ -4,7 +4,7 @@ and this process, GPUs per learner and runner, gradient slices, --overlap's hand
 
 Pure: the same config on the same declared resources gives the same placement, never a
 function of a timing or of the machine a process lands on. The backends gather the facts
-(core/backend.py: --local; distributed/resources.py: a Ray cluster), resolve once, hold the
+(core/runtime.py: --local; distributed/resources.py: a Ray cluster), resolve once, hold the
 Placement, and hand the actors its numbers; the loop records it in config.json.
 """
 from __future__ import annotations

@@ -198,7 +198,7 @@ def trial_bundles(train: TrainConfig, trial_cpus: float) -> list[dict]:
     learner_gpus auto counts as 0, runner_gpus auto as 0.25 (resolve_gpus first)."""
     lr, r = train.learner, train.runner
     gpus = 0.0 if lr.learner_gpus == "auto" else lr.learner_gpus
-    if train.local:  # LocalBackend: samplers and learner live in the trial process itself
+    if train.local:  # LocalRuntime: samplers and learner live in the trial process itself
         return [{"CPU": trial_cpus, "GPU": gpus}]
     if r.act_in == "learner":
         return ([{"CPU": trial_cpus}]

@@ -27,7 +27,7 @@ from distppo.config import SweepConfig, TrainConfig
 from distppo.core.checkpoint import checkpoint_paths
 from distppo.core.loop import train
 from distppo.core.runfolder import check_resumable
-from distppo.distributed.factory import make_backend
+from distppo.distributed.factory import make_runtime
 from distppo.errors import UserError
 from distppo.sweep.layout import POINTER_JSON
 from distppo.sweep.lease import Fence
@@ -59,7 +59,7 @@ def run_trial(config: dict, sweep: SweepConfig, fence: Optional[Fence] = None) -
             return  # a finished trial requeued by a resume whose Tune state predates its end
         record["resumed_from"].append(record["iteration"])
     reporter = _Reporter(cfg, storage, run_dir, record, started, fence)
-    train(cfg.replace(output_dir=workdir), reporter.backend_factory,
+    train(cfg.replace(output_dir=workdir), reporter.runtime_factory,
           resume=run_dir if latest else None, progress=False,
           on_iteration=reporter.on_iteration, fault_log=storage.fault_log(cfg.run_name))
 
@@ -96,12 +96,12 @@ class _Reporter:
         self.cfg, self.storage, self.run_dir, self.record = cfg, storage, run_dir, record
         self.fence = fence
         self.started, self.prior_elapsed = started, record["elapsed_s"]
-        self.backend = None
+        self.runtime = None
 
-    def backend_factory(self, run_cfg: TrainConfig, video_dir: Optional[str],
+    def runtime_factory(self, run_cfg: TrainConfig, video_dir: Optional[str],
                         on_fault: Optional[OnFault] = None):
-        self.backend = make_backend(run_cfg, video_dir, on_fault)
-        return self.backend
+        self.runtime = make_runtime(run_cfg, video_dir, on_fault)
+        return self.runtime
 
     def on_iteration(self, row: dict, ckpt_path: Optional[str]) -> None:
         metrics = dict(row, trial_id=self.cfg.run_name,
@@ -110,9 +110,9 @@ class _Reporter:
             tune.report(metrics)
             return
         record = self.record
-        info = self.backend.describe()
+        info = self.runtime.describe()
         record.update(gpu_name=info.gpu_name, actors_in_trial_group=info.in_placement_group,
-                      backend=dataclasses.asdict(info))
+                      runtime=dataclasses.asdict(info))
         record.update(iteration=row["iteration"], elapsed_s=metrics["trial_elapsed_s"],
                       node=platform.node(), finished=row["iteration"] == self.cfg.num_iterations)
         _prune_checkpoints(self.run_dir, keep=ckpt_path)

@@ -57,7 +57,7 @@ def write_config_json(path: str, cfg: TrainConfig, run_id: str) -> None:
 
 def record_placement(path: str, info) -> None:
     """config.json gets `placement`: what runs where, every auto a number as resolve() made it
-    (placement/resolve.py) and the actors applied it, from core/backend.py's BackendInfo."""
+    (placement/resolve.py) and the actors applied it, from core/runtime.py's RuntimeInfo."""
     with open(path) as f:
         record = json.load(f)
     record["placement"] = dataclasses.asdict(info)

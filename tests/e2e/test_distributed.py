@@ -14,8 +14,8 @@ import ray
 import torch
 
 from distppo.config import TrainConfig
-from distppo.core.backend import LocalBackend
 from distppo.core.loop import train
+from distppo.core.runtime import LocalRuntime
 
 from helpers import REPO, wait_for
 
@@ -28,10 +28,10 @@ def cfg_for(tmp_path, **flat):
     return TrainConfig().replace(**{**base, **SMALL, **flat})
 
 
-def actors_deterministic_flags(backend) -> list[bool]:
+def actors_deterministic_flags(runtime) -> list[bool]:
     """cudnn.deterministic as each runner and learner process reads it itself; asserts that
     they are processes of their own, apart from this one and from each other."""
-    actors = backend.runners + backend.learners
+    actors = runtime.runners + runtime.learners
     said = ray.get([a.cudnn_deterministic.remote() for a in actors], timeout=60)
     pids = ray.get([a.pid.remote() for a in actors], timeout=60)
     assert os.getpid() not in pids and len(set(pids)) == len(actors)
@@ -42,14 +42,14 @@ def test_torch_deterministic_off_reaches_every_actor(ray_cluster, tmp_path):
     """--no-torch-deterministic clears cudnn.deterministic in the learner and runner processes
     themselves, whatever this process has; the default (on) is read back from every actor of
     test_data_parallel_learners_stay_bit_identical."""
-    from distppo.distributed.backend import RayBackend
+    from distppo.distributed.runtime import RayRuntime
     torch.backends.cudnn.deterministic = True  # the driver's own says nothing about theirs
     try:
-        backend = RayBackend(cfg_for(tmp_path, num_env_runners=2, torch_deterministic=False))
+        runtime = RayRuntime(cfg_for(tmp_path, num_env_runners=2, torch_deterministic=False))
         try:
-            said = actors_deterministic_flags(backend)
+            said = actors_deterministic_flags(runtime)
         finally:
-            backend.close()
+            runtime.close()
     finally:
         torch.backends.cudnn.deterministic = False
     assert said == [False] * 3
@@ -58,24 +58,24 @@ def test_torch_deterministic_off_reaches_every_actor(ray_cluster, tmp_path):
 def test_data_parallel_learners_stay_bit_identical(ray_cluster, tmp_path):
     """Two learners stay equal; and --torch-deterministic, on by default, reaches every actor
     process, whatever this process has."""
-    from distppo.distributed.backend import RayBackend
+    from distppo.distributed.runtime import RayRuntime
     cfg = cfg_for(tmp_path, num_env_runners=2, num_learners=2)
     assert cfg.torch_deterministic
     torch.backends.cudnn.deterministic = False  # the driver's own says nothing about theirs
-    backend = RayBackend(cfg)
+    runtime = RayRuntime(cfg)
     try:
-        assert actors_deterministic_flags(backend) == [True] * 4
-        initial = backend.learner_weights()[0]
+        assert actors_deterministic_flags(runtime) == [True] * 4
+        initial = runtime.learner_weights()[0]
         for iteration in range(1, 5):
-            _, payload = backend.finish_rollout(backend.start_rollout(iteration - 1))
-            backend.learn(payload, iteration)
-        w0, w1 = backend.learner_weights()
+            _, payload = runtime.finish_rollout(runtime.start_rollout(iteration - 1))
+            runtime.learn(payload, iteration)
+        w0, w1 = runtime.learner_weights()
         # gloo (and NCCL on GPUs) bound to the interface of the node's address, in each learner
         ifnames = ray.get([learner.__ray_call__.remote(
             lambda _: [os.environ.get(v) for v in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")])
-            for learner in backend.learners], timeout=60)
+            for learner in runtime.learners], timeout=60)
     finally:
-        backend.close()
+        runtime.close()
     assert all(torch.equal(w0[k], w1[k]) for k in w0)
     assert not all(torch.equal(w0[k], initial[k]) for k in w0), "the learners did not learn"
     from distppo.distributed.netif import interface_of
@@ -84,7 +84,7 @@ def test_data_parallel_learners_stay_bit_identical(ray_cluster, tmp_path):
 
 
 def test_env_shares_split_runner_batches_by_env():
-    from distppo.distributed.backend import env_shares
+    from distppo.distributed.runtime import env_shares
     runners = [("a", 4), ("b", 4), ("c", 4)]  # 3 runners x 4 envs over 2 learners x 6 envs
     assert env_shares(runners, 0, 6) == [("a", 0, 4), ("b", 0, 2)]
     assert env_shares(runners, 6, 12) == [("b", 2, 4), ("c", 0, 4)]
@@ -93,38 +93,38 @@ def test_env_shares_split_runner_batches_by_env():
 
 @pytest.mark.slow
 def test_overlap_has_policy_lag_one_and_matches_local(ray_cluster, tmp_path):
-    from distppo.distributed.backend import RayBackend
+    from distppo.distributed.runtime import RayRuntime
     cfg = cfg_for(tmp_path, overlap=True)
-    remote = pd.read_parquet(train(cfg.replace(run_name="ray"), RayBackend, progress=False).parquet)
-    local = pd.read_parquet(train(cfg.replace(run_name="local", local=True), LocalBackend,
+    remote = pd.read_parquet(train(cfg.replace(run_name="ray"), RayRuntime, progress=False).parquet)
+    local = pd.read_parquet(train(cfg.replace(run_name="local", local=True), LocalRuntime,
                                   progress=False).parquet)
     assert remote["policy_lag"].tolist() == [0, 1, 1, 1, 1, 1]
     cols = ["policy_loss", "value_loss", "approx_kl", "global_step", "policy_lag"]
     pd.testing.assert_frame_equal(remote[cols], local[cols], check_exact=True)
-    plain = pd.read_parquet(train(cfg.replace(run_name="plain", overlap=False), RayBackend,
+    plain = pd.read_parquet(train(cfg.replace(run_name="plain", overlap=False), RayRuntime,
                                   progress=False).parquet)
     assert plain["policy_lag"].tolist() == [0] * 6
     assert plain["value_loss"].iloc[2] != remote["value_loss"].iloc[2]  # lag changes the data
 
 
 def _kill_during_run(tmp_path, name, pick_pid, **flat):
-    """Train on Ray; when iteration 2 is written, SIGKILL the process pick_pid(backend) names."""
-    from distppo.distributed.backend import RayBackend
+    """Train on Ray; when iteration 2 is written, SIGKILL the process pick_pid(runtime) names."""
+    from distppo.distributed.runtime import RayRuntime
     holder = {}
 
     def factory(cfg, video_dir, on_fault):
-        holder["backend"] = RayBackend(cfg, video_dir, on_fault)
-        return holder["backend"]
+        holder["runtime"] = RayRuntime(cfg, video_dir, on_fault)
+        return holder["runtime"]
 
     killed = []
 
     def on_iteration(row, ckpt):
         if row["iteration"] == 6:
-            b = holder["backend"]
+            b = holder["runtime"]
             holder["final_weights"] = b.learner_weights()
             holder["final_learner_pids"] = ray.get([a.pid.remote() for a in b.learners])
         if row["iteration"] == 2 and not killed:
-            pid = pick_pid(holder["backend"])
+            pid = pick_pid(holder["runtime"])
             # a moment later the next rollout or update is under way
             threading.Timer(0.05, os.kill, (pid, signal.SIGKILL)).start()
             killed.append(pid)
@@ -191,7 +191,7 @@ def test_restart_killed_while_it_starts_is_counted_while_waiting_for_the_next(ra
                    if line.startswith("runner_restarts")) if counted.exists() else 0
     try:
         wait_for(lambda: (tmp_path / "runner_pid").exists() or driver.poll() is not None, 300,
-                  "the backend did not start")
+                  "the runtime did not start")
         (tmp_path / "runner_init.go").unlink()  # from now on each restart holds as it starts
         held.unlink()
         _kill_and_wait(int((tmp_path / "runner_pid").read_text()))
@@ -216,15 +216,15 @@ def test_restart_killed_while_it_starts_is_counted_while_waiting_for_the_next(ra
 def test_runner_killed_between_calls_is_counted_and_gets_fresh_seeds(ray_cluster, tmp_path):
     """Killed while idle (after its rollout, during the loop's bookkeeping), a runner is
     restarted by Ray before its next call, which never fails: it must be counted anyway."""
-    from distppo.distributed.backend import RayBackend
+    from distppo.distributed.runtime import RayRuntime
     holder, seen = {}, {}
 
     def factory(cfg, video_dir, on_fault):
-        holder["backend"] = RayBackend(cfg, video_dir, on_fault)
-        return holder["backend"]
+        holder["runtime"] = RayRuntime(cfg, video_dir, on_fault)
+        return holder["runtime"]
 
     def on_iteration(row, ckpt):
-        runners = holder["backend"].runners
+        runners = holder["runtime"].runners
         if row["iteration"] == 1:
             seen["first"] = ray.get([r.seed.remote() for r in runners])
         if row["iteration"] in (2, 4):  # no rollout is in flight now (no overlap)
@@ -252,8 +252,8 @@ def test_runner_killed_between_calls_is_counted_and_gets_fresh_seeds(ray_cluster
 def test_learner_killed_is_restored_from_checkpoint(ray_cluster, tmp_path):
     old_pids = []
 
-    def pick(backend):
-        old_pids.extend(ray.get([a.pid.remote() for a in backend.learners]))
+    def pick(runtime):
+        old_pids.extend(ray.get([a.pid.remote() for a in runtime.learners]))
         return old_pids[1]
 
     df, holder = _kill_during_run(tmp_path, "learner", pick, num_learners=2)
@@ -313,7 +313,7 @@ def test_learner_lost_after_its_job_ended_is_not_counted(ray_cluster, tmp_path):
 @pytest.mark.slow
 def test_runner_and_learner_killed_while_starting_are_survived_and_counted(ray_cluster, tmp_path):
     """An env runner killed in its constructor (Ray restarts it) and a learner killed in its
-    own (started again) while the backend starts: the run goes on and counts both, in its rows
+    own (started again) while the runtime starts: the run goes on and counts both, in its rows
     and in its fault log. Both failed the run before (the chaos soak lost trials to them)."""
     from distppo.telemetry.faultlog import FaultLog
     env = dict(os.environ, DISTPPO_FAULT_SIGKILL_ONCE=f"{tmp_path}:runner_init,learner_init")
@@ -581,22 +581,22 @@ def test_acting_in_the_learner_equals_runner_actors_and_local(ray_cluster, tmp_p
     """On the CPU the single-process path is the same experiment as runner actors and as
     --local, bit for bit (with --overlap too: policy lag 1, the learner samples the next
     rollout before it learns on this one); no runner actor exists and nothing is copied."""
-    from distppo.distributed.backend import RayBackend
+    from distppo.distributed.runtime import RayRuntime
     cfg = cfg_for(tmp_path, overlap=overlap, num_threads="1")
     holder = {}
 
     def factory(cfg, video_dir, on_fault):
-        holder["backend"] = RayBackend(cfg, video_dir, on_fault)
-        holder["runners"] = list(holder["backend"].runners)
-        return holder["backend"]
+        holder["runtime"] = RayRuntime(cfg, video_dir, on_fault)
+        holder["runners"] = list(holder["runtime"].runners)
+        return holder["runtime"]
 
     acting = pd.read_parquet(train(cfg.replace(run_name="act", act_in="learner"), factory,
                                    progress=False).parquet)
     assert holder["runners"] == []
     runners = pd.read_parquet(train(cfg.replace(run_name="runners", act_in="runners"),
-                                    RayBackend, progress=False).parquet)
+                                    RayRuntime, progress=False).parquet)
     local = pd.read_parquet(train(cfg.replace(run_name="local", local=True, act_in="learner"),
-                                  LocalBackend, progress=False).parquet)
+                                  LocalRuntime, progress=False).parquet)
     pd.testing.assert_frame_equal(acting[ACT_COLUMNS], runners[ACT_COLUMNS], check_exact=True)
     pd.testing.assert_frame_equal(acting[ACT_COLUMNS], local[ACT_COLUMNS], check_exact=True)
     assert acting["policy_lag"].tolist() == ([0] + [1] * 5 if overlap else [0] * 6)
@@ -607,12 +607,12 @@ def test_acting_in_the_learner_equals_runner_actors_and_local(ray_cluster, tmp_p
 @pytest.mark.slow
 def test_two_acting_learners_equal_two_runners_and_two_learners(ray_cluster, tmp_path):
     """Data-parallel: learner k steps runner k's envs, which are the envs it trains on."""
-    from distppo.distributed.backend import RayBackend
+    from distppo.distributed.runtime import RayRuntime
     cfg = cfg_for(tmp_path, num_learners=2, num_threads="1")
-    acting = pd.read_parquet(train(cfg.replace(run_name="act", act_in="learner"), RayBackend,
+    acting = pd.read_parquet(train(cfg.replace(run_name="act", act_in="learner"), RayRuntime,
                                    progress=False).parquet)
     runners = pd.read_parquet(train(cfg.replace(run_name="runners", num_env_runners="2"),
-                                    RayBackend, progress=False).parquet)
+                                    RayRuntime, progress=False).parquet)
     pd.testing.assert_frame_equal(acting[ACT_COLUMNS], runners[ACT_COLUMNS], check_exact=True)
     assert acting["num_env_runners"].tolist() == [2] * 6
 
@@ -621,8 +621,8 @@ def test_two_acting_learners_equal_two_runners_and_two_learners(ray_cluster, tmp
 def test_an_acting_learner_killed_is_restored_with_new_envs(ray_cluster, tmp_path):
     old_pids = []
 
-    def pick(backend):
-        old_pids.extend(ray.get([a.pid.remote() for a in backend.learners]))
+    def pick(runtime):
+        old_pids.extend(ray.get([a.pid.remote() for a in runtime.learners]))
         return old_pids[0]
 
     df, holder = _kill_during_run(tmp_path, "act", pick, act_in="learner")
@@ -630,4 +630,4 @@ def test_an_acting_learner_killed_is_restored_with_new_envs(ray_cluster, tmp_pat
     assert df["global_step"].tolist() == [128 * i for i in range(1, 7)]
     assert not set(holder["final_learner_pids"]) & set(old_pids)
     assert df["learner_recoveries"].tolist()[-1] == 1
-    assert holder["backend"].runners == []
+    assert holder["runtime"].runners == []

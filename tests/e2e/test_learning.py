@@ -9,14 +9,14 @@ import pandas as pd
 import pytest
 
 from distppo.config import TrainConfig
-from distppo.core.backend import LocalBackend
 from distppo.core.loop import train
+from distppo.core.runtime import LocalRuntime
 
 
 def run(tmp_path, name, **flat):
     cfg = TrainConfig().replace(backend="gym", local=True, output_dir=str(tmp_path), run_name=name,
                                 num_threads=1, **flat)
-    return pd.read_parquet(train(cfg, LocalBackend, progress=False).parquet)
+    return pd.read_parquet(train(cfg, LocalRuntime, progress=False).parquet)
 
 
 # The budgets are steps, not seconds; the timeout only guards against a hang, with room for a

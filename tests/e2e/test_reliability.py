@@ -10,8 +10,8 @@ import pandas as pd
 import pytest
 
 from distppo.config import RESUME_SAFE, TrainConfig
-from distppo.core.backend import LocalBackend
 from distppo.core.loop import train
+from distppo.core.runtime import LocalRuntime
 from distppo.errors import ConfigError, StorageError, UserError
 
 from helpers import REPO, assert_one_line_error, run_cli
@@ -28,7 +28,7 @@ def tiny_cfg(tmp_path, name, iterations, **flat):
 
 
 def resume(run_dir, **given):
-    return train(TrainConfig(), LocalBackend, resume=str(run_dir), progress=False, given=given)
+    return train(TrainConfig(), LocalRuntime, resume=str(run_dir), progress=False, given=given)
 
 
 def tiny(tmp_path, name, iterations, *extra):
@@ -85,7 +85,7 @@ def tb_points(run_dir, tag="charts/SPS"):
 def test_tensorboard_after_resume_has_every_step_once(tmp_path, monkeypatch):
     monkeypatch.setenv("DISTPPO_FAULT_ITERATION", "5")
     with pytest.raises(RuntimeError, match="injected at iteration 5"):
-        train(tiny_cfg(tmp_path, "r", 8, checkpoint_every=3), LocalBackend, progress=False)
+        train(tiny_cfg(tmp_path, "r", 8, checkpoint_every=3), LocalRuntime, progress=False)
     monkeypatch.delenv("DISTPPO_FAULT_ITERATION")
     # rows 1-4 are written, checkpoint 3 is the newest: 3 stays, 4 is written again
     resume(tmp_path / "r")
@@ -103,7 +103,7 @@ def test_fault_log_counts_and_a_resume_starts_from_it(tmp_path):
     with it) is in the run's fault log, and the next attempt's rows start from there."""
     from distppo.telemetry.faultlog import FaultLog
     run_dir = tmp_path / "r"
-    train(tiny_cfg(tmp_path, "r", 2), LocalBackend, progress=False)
+    train(tiny_cfg(tmp_path, "r", 2), LocalRuntime, progress=False)
     log = FaultLog.local(str(run_dir / "faults"))
     assert log.counts() == {}  # nothing restarts in one process
     log.add("runner_restarts", 2, "an attempt that died before its row")
@@ -133,7 +133,7 @@ def test_fault_counter_that_cannot_log_says_so_and_still_counts(tmp_path, capsys
 
 def test_resume_refuses_a_changed_flag_and_extends_total_timesteps(tmp_path):
     run_dir = tmp_path / "r"
-    train(tiny_cfg(tmp_path, "r", 4), LocalBackend, progress=False)
+    train(tiny_cfg(tmp_path, "r", 4), LocalRuntime, progress=False)
     before = stamps(run_dir)
     proc = run_cli("train", "--resume", run_dir, "--learning-rate", "0.001", timeout=120)
     assert_one_line_error(proc, "--learning-rate 0.001", "0.00025", "cannot change")
@@ -170,10 +170,10 @@ def test_resume_refuses_a_changed_flag_and_extends_total_timesteps(tmp_path):
 # --- --keep-checkpoints (item 8) --------------------------------------------------------------
 
 def test_keep_checkpoints(tmp_path):
-    train(tiny_cfg(tmp_path, "three", 10, checkpoint_every=2), LocalBackend, progress=False)
+    train(tiny_cfg(tmp_path, "three", 10, checkpoint_every=2), LocalRuntime, progress=False)
     names = sorted(p.name for p in (tmp_path / "three" / "checkpoints").iterdir())
     assert names == ["ckpt_000006.pt", "ckpt_000008.pt", "ckpt_000010.pt"]  # default 3
-    train(tiny_cfg(tmp_path, "all", 4, checkpoint_every=2, keep_checkpoints=0), LocalBackend,
+    train(tiny_cfg(tmp_path, "all", 4, checkpoint_every=2, keep_checkpoints=0), LocalRuntime,
           progress=False)
     names = sorted(p.name for p in (tmp_path / "all" / "checkpoints").iterdir())
     assert names == ["ckpt_000000.pt", "ckpt_000002.pt", "ckpt_000004.pt"]
@@ -187,7 +187,7 @@ def test_keep_checkpoints(tmp_path):
     b"",  # both kinds are read by test_metrics.py::test_parquet_damaged_file_is_one_user_error
     pytest.param(b"PAR1 not a parquet file", marks=pytest.mark.slow)])
 def test_resume_with_damaged_metrics_is_one_line(tmp_path, damage):
-    train(tiny_cfg(tmp_path, "r", 2), LocalBackend, progress=False)
+    train(tiny_cfg(tmp_path, "r", 2), LocalRuntime, progress=False)
     (tmp_path / "r" / "metrics.parquet").write_bytes(damage)
     before = stamps(tmp_path / "r")
     proc = run_cli("train", "--resume", tmp_path / "r", timeout=120)
@@ -201,7 +201,7 @@ def test_resume_with_damaged_metrics_is_one_line(tmp_path, damage):
 def test_injected_full_disk_is_one_error_and_resumable(tmp_path, monkeypatch):
     monkeypatch.setenv("DISTPPO_FAULT_DISK_FULL", "ckpt_000006.pt")
     with pytest.raises(StorageError, match="ckpt_000006.pt: No space left on device") as error:
-        train(tiny_cfg(tmp_path, "r", 8, checkpoint_every=3), LocalBackend, progress=False)
+        train(tiny_cfg(tmp_path, "r", 8, checkpoint_every=3), LocalRuntime, progress=False)
     monkeypatch.delenv("DISTPPO_FAULT_DISK_FULL")
     run_dir = tmp_path / "r"
     assert str(error.value).endswith(f"then continue with: distppo train --resume {run_dir}")
@@ -266,7 +266,7 @@ def test_real_full_disk_is_one_line_and_resumable(tmp_path):
 
 def test_resume_removes_debris_of_a_killed_writer(tmp_path):
     run_dir = tmp_path / "r"
-    train(tiny_cfg(tmp_path, "r", 4, checkpoint_every=2), LocalBackend, progress=False)
+    train(tiny_cfg(tmp_path, "r", 4, checkpoint_every=2), LocalRuntime, progress=False)
     # what writers killed in the middle of a write leave, old and new temp names
     debris = [run_dir / "checkpoints" / "ckpt_000006.pt.tmp",
               run_dir / "checkpoints" / ".ckpt_000006.pt.4242.5f3a.distppo-tmp",
@@ -350,10 +350,10 @@ def test_missing_gpu_on_ray_leaves_no_folder(ray_cluster, tmp_path):
     import torch
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU")
-    from distppo.distributed.factory import make_backend
+    from distppo.distributed.factory import make_runtime
     cfg = tiny_cfg(tmp_path, "r", 1, local=False, learner_gpus=1.0)
     with pytest.raises(UserError, match="needs 1 GPU but the Ray cluster has 0"):
-        train(cfg, make_backend, progress=False)
+        train(cfg, make_runtime, progress=False)
     assert not any(tmp_path.iterdir())
 
 

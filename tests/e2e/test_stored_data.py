@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from distppo.core.backend import BackendInfo
+from distppo.core.runtime import RuntimeInfo
 from distppo.telemetry.parquet import read_rows
 from distppo.telemetry.runinfo import read_config_json
 from distppo.telemetry.runlayout import RunPaths
@@ -29,8 +29,8 @@ def test_stored_run_loads_resumes_and_evaluates(tmp_path):
     assert (cfg.env.env_id, cfg.ppo.total_timesteps, cfg.batch_size) == ("CartPole-v1", 2048, 512)
     with open(RunPaths(str(run)).config_json) as f:
         placement = json.load(f)["placement"]
-    assert BackendInfo(**placement).num_env_runners == 1  # the recorded placement reads back
-    assert set(placement) == {f.name for f in dataclasses.fields(BackendInfo)}
+    assert RuntimeInfo(**placement).num_env_runners == 1  # the recorded placement reads back
+    assert set(placement) == {f.name for f in dataclasses.fields(RuntimeInfo)}
 
     proc = run_cli("train", "--resume", run, "--total-timesteps", 3072, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -9,8 +9,8 @@ import pandas as pd
 import pytest
 
 from distppo.config import TrainConfig
-from distppo.core.backend import LocalBackend
 from distppo.core.loop import train
+from distppo.core.runtime import LocalRuntime
 
 from helpers import REPO, run_cli, video_codec, wait_for
 
@@ -23,12 +23,12 @@ LOSSES = ["policy_loss", "value_loss", "entropy", "old_approx_kl", "approx_kl", 
     ("Breakout-v5", "envpool", "ppo_lstm"),
 ])
 def test_local_and_ray_identical(ray_cluster, tmp_path, env_id, backend, algo):
-    from distppo.distributed.backend import RayBackend
+    from distppo.distributed.runtime import RayRuntime
     cfg = TrainConfig().replace(env_id=env_id, backend=backend, algo=algo, num_envs=4,
                                 num_steps=32, num_minibatches=2, update_epochs=2,
                                 total_timesteps=3 * 128, output_dir=str(tmp_path))
-    local = train(cfg.replace(run_name="local", local=True), LocalBackend, progress=False)
-    remote = train(cfg.replace(run_name="ray"), RayBackend, progress=False)
+    local = train(cfg.replace(run_name="local", local=True), LocalRuntime, progress=False)
+    remote = train(cfg.replace(run_name="ray"), RayRuntime, progress=False)
     a = pd.read_parquet(local.parquet)[LOSSES]
     b = pd.read_parquet(remote.parquet)[LOSSES]
     assert len(a) == 3

@@ -14,7 +14,7 @@ import torch
 from torch.distributions.categorical import Categorical
 
 from distppo.config import TrainConfig
-from distppo.core.backend import local_facts
+from distppo.core.runtime import local_facts
 from distppo.core.sampler import make_sampler
 from distppo.placement.resolve import resolve
 

@@ -17,9 +17,9 @@ import pytest
 import torch
 
 from distppo.config import TrainConfig
-from distppo.core.backend import LocalBackend, local_facts
 from distppo.core.loop import train
-from distppo.distributed.factory import make_backend
+from distppo.core.runtime import LocalRuntime, local_facts
+from distppo.distributed.factory import make_runtime
 from distppo.errors import ConfigError
 from distppo.placement.resolve import resolve
 
@@ -52,7 +52,7 @@ def exact_cfg(tmp_path, script="ppo_atari_envpool.py", **kw):
 @pytest.mark.usefixtures("one_torch_thread")
 @pytest.mark.parametrize("script", sorted(SCRIPTS))
 def test_exact_replay_equals_cleanrl_loop(tmp_path, script):
-    paths = train(exact_cfg(tmp_path, script), LocalBackend, progress=False)
+    paths = train(exact_cfg(tmp_path, script), LocalRuntime, progress=False)
     ours = pd.read_parquet(paths.parquet)
     theirs, weights = cleanrl_loops.run(script, NUM_ENVS, NUM_STEPS, MINIBATCHES, EPOCHS,
                                         ITERATIONS, SEED)
@@ -90,7 +90,7 @@ def test_exact_replay_runs_cleanrl_kernels_and_envpool_limit(tmp_path):
 
 def test_exact_replay_refuses_the_ray_runtime(tmp_path):
     with pytest.raises(ConfigError, match="add --local"):
-        make_backend(exact_cfg(tmp_path, local=False))
+        make_runtime(exact_cfg(tmp_path, local=False))
 
 
 CLEANRL_DIR = os.environ.get("DISTPPO_CLEANRL_DIR", "")

@@ -13,10 +13,10 @@ import pytest
 import torch
 
 from distppo.config import TrainConfig
-from distppo.core.backend import LocalBackend
 from distppo.core.loop import train
 from distppo.core.models import make_agent
 from distppo.core.rollout import RolloutBatch
+from distppo.core.runtime import LocalRuntime
 from distppo.core.sampler import Sampler, make_sampler
 from distppo.envs.factory import frame_stack, make_vector_env
 from distppo.errors import ConfigError
@@ -104,7 +104,7 @@ def test_make_sampler_groups_a_runners_envs_and_a_run_learns_with_them(tmp_path)
         assert sampler.collect().obs.shape[:2] == (32, 4)
     finally:
         sampler.close()
-    result = train(cfg, LocalBackend, progress=False)
+    result = train(cfg, LocalRuntime, progress=False)
     import pandas as pd
     rows = pd.read_parquet(result.parquet)
     assert rows["global_step"].tolist() == [128, 256]

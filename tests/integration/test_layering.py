@@ -100,7 +100,7 @@ def test_the_graph_sees_real_imports():
     assert "distppo.core.ppo" in edges["distppo.core.update"]
     assert "distppo.errors" in edges["distppo.config.sections"]
     assert "distppo.config.train" in edges["distppo.config"]
-    assert "distppo.distributed.backend" in edges["distppo.distributed.factory"]
+    assert "distppo.distributed.runtime" in edges["distppo.distributed.factory"]
 
 
 def test_only_connect_starts_ray():

@@ -276,14 +276,14 @@ def test_threads_record_what_each_process_gets():
 
 
 def test_a_placement_record_of_an_older_run_still_loads():
-    """config.json's `placement` as runs wrote it before the GPU fields: BackendInfo reads it,
+    """config.json's `placement` as runs wrote it before the GPU fields: RuntimeInfo reads it,
     the fields it lacks at their defaults (status, report and --resume see the same keys)."""
-    from distppo.core.backend import BackendInfo
+    from distppo.core.runtime import RuntimeInfo
     old = {"kind": "ray", "num_env_runners": 1, "num_learners": 1, "learner_device": "cpu",
            "gpu_name": "", "runner_nodes": 1, "in_placement_group": False,
            "learner_threads": 1, "runner_threads": 1, "runner_device": "cpu",
            "malloc_reuse": True, "learner_handover_threads": 2, "grad_shards": 2}
-    info = BackendInfo(**old)
+    info = RuntimeInfo(**old)
     assert dataclasses.asdict(info).items() >= old.items()
     assert (info.learner_gpus, info.runner_gpus) == (0.0, 0.0)
     assert "(2 once the runners have delivered), gradients in 2 slices" in info.summary()

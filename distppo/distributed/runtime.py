@@ -1,4 +1,4 @@
-"""RayBackend: LocalBackend's Samplers and PPOLearner(s), each inside a Ray actor.
+"""RayRuntime: LocalRuntime's Samplers and PPOLearner(s), each inside a Ray actor.
 
 - Env runners are spread over nodes (SPREAD) and restarted by Ray when their process dies;
   the rollout of a restarted runner is re-requested with the same weights object. Restarts
@@ -21,8 +21,8 @@ import torch
 from ray.exceptions import GetTimeoutError, ObjectLostError, RayActorError, RayTaskError
 
 from distppo.config import TrainConfig
-from distppo.core.backend import BackendInfo
 from distppo.core.rollout import RolloutMeta
+from distppo.core.runtime import RuntimeInfo
 from distppo.distributed.connect import answer_within, connect
 from distppo.distributed.learner import RemoteLearner
 from distppo.distributed.resources import (
@@ -51,7 +51,7 @@ CLOSE_QUERY_S = 3.0  # the actor table answers in milliseconds while Ray is up
 POLL_S = 1.0  # while waiting on any call, look at the actor table for runner restarts this often
 
 
-class RayBackend:
+class RayRuntime:
     def __init__(self, cfg: TrainConfig, video_dir: str | None = None,
                  on_fault: OnFault | None = None):
         connect(min_cpus=required_resources(cfg)["CPU"])
@@ -73,7 +73,7 @@ class RayBackend:
             for i in range(r.num_env_runners)
         ]
         self.on_fault = on_fault or ignore_fault  # told of each fault as it is counted
-        self.runner_restarts = 0  # env-runner restarts since this backend started
+        self.runner_restarts = 0  # env-runner restarts since this runtime started
         # the handle knows its actor's id before the actor answers: restarts of a runner killed
         # while it starts are counted while we wait
         self.runner_ids = [runner._actor_id.hex() for runner in self.runners]
@@ -87,7 +87,7 @@ class RayBackend:
         self._info = self._describe()
         self._note_restarts()  # runners killed while starting
 
-    def _describe(self) -> BackendInfo:
+    def _describe(self) -> RuntimeInfo:
         # the threads each actor applied: resolve()'s, within its machine's cores (within_cores)
         device, gpu_name, learner_threads, handover, learner_reuse = self._learner_device
         if self.runners:
@@ -99,7 +99,7 @@ class RayBackend:
             runner_threads, runner_reuse, runner_device = learner_threads, learner_reuse, device
         group = ray.get_runtime_context().get_placement_group_id()
         theirs = self._ask_runners("placement_group_id") + self._learner_groups
-        return BackendInfo("ray", self.cfg.runner.num_env_runners, len(self.learners), device,
+        return RuntimeInfo("ray", self.cfg.runner.num_env_runners, len(self.learners), device,
                            gpu_name,
                            runner_nodes=len(set(runner_nodes)),
                            in_placement_group=group is not None and all(t == group for t in theirs),
@@ -111,11 +111,11 @@ class RayBackend:
                            learner_gpus=self.cfg.learner.learner_gpus,
                            runner_gpus=runner_gpus(self.cfg, 0.0))
 
-    def describe(self) -> BackendInfo:
+    def describe(self) -> RuntimeInfo:
         return self._info
 
     def _ask_runners(self, method: str, only: int | None = None) -> list:
-        """Every runner's (or runner `only`'s) answer to a quick call while the backend starts.
+        """Every runner's (or runner `only`'s) answer to a quick call while the runtime starts.
         A runner whose process is killed meanwhile is restarted by Ray: wait for it and ask
         again (counted from the actor table like any restart). A runner whose constructor
         raised (its envs could not be built) is one RunnerFailure naming the cause."""

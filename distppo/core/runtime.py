@@ -1,7 +1,7 @@
-"""Where samplers and learners live. The loop (loop.py) is the same for every backend.
+"""Where samplers and learners live. The loop (loop.py) is the same for every runtime.
 
-LocalBackend holds the plain objects (Samplers, PPOLearner) in this process, with no Ray:
-breakpoints work anywhere. RayBackend (distributed/backend.py) holds the same objects inside
+LocalRuntime holds the plain objects (Samplers, PPOLearner) in this process, with no Ray:
+breakpoints work anywhere. RayRuntime (distributed/runtime.py) holds the same objects inside
 actors. With the same seed and config, both produce the same numbers.
 """
 from __future__ import annotations
@@ -23,7 +23,7 @@ from distppo.telemetry.faultlog import OnFault
 
 
 @dataclass(frozen=True)
-class BackendInfo:
+class RuntimeInfo:
     """What runs where, for the first line of output, the Parquet row and a sweep's trial.json."""
     kind: str                      # "local" | "ray"
     num_env_runners: int
@@ -60,15 +60,15 @@ class BackendInfo:
                 f"{self.runner_threads} thread(s) each")
 
 
-class Backend(Protocol):
-    """The seams the loop uses; nothing else of a backend is reached into."""
-    # Faults a backend survives (a runner Ray restarted, a learner process that died while
+class Runtime(Protocol):
+    """The seams the loop uses; nothing else of a runtime is reached into."""
+    # Faults a runtime survives (a runner Ray restarted, a learner process that died while
     # starting) go to the on_fault(kind, n, detail) it was created with, the moment it counts
     # them (telemetry/faultlog.py).
     timings: dict          # t_transfer_s, t_wait_s of the latest iteration
     placement: Placement   # every auto of the run's config as a number (placement/resolve.py)
 
-    def describe(self) -> BackendInfo: ...
+    def describe(self) -> RuntimeInfo: ...
     def start_rollout(self, version: int): ...   # sample with the learner's current weights
     def finish_rollout(self, handle) -> tuple[list[RolloutMeta], object]: ...
     def learn(self, payload, iteration: int) -> dict: ...
@@ -85,7 +85,7 @@ def device_name(device: str) -> str:
     return torch.cuda.get_device_name(device)
 
 
-class LocalBackend:
+class LocalRuntime:
     """Everything in this process: runner r's Sampler is built exactly as EnvRunner r builds it.
 
     start_rollout collects at once, with the learner's weights of that moment, so --overlap
@@ -112,9 +112,9 @@ class LocalBackend:
             self.learner = PPOLearner(cfg, *self.samplers[0].env_spec(), cfg.seed)
         self.timings = {"t_transfer_s": 0.0, "t_wait_s": 0.0}
 
-    def describe(self) -> BackendInfo:
+    def describe(self) -> RuntimeInfo:
         device, threads = str(self.learner.device), self.placement.threads.learner
-        return BackendInfo("local", len(self.samplers), 1, device, device_name(device),
+        return RuntimeInfo("local", len(self.samplers), 1, device, device_name(device),
                            learner_threads=threads, runner_threads=threads,
                            runner_device=str(self.samplers[0].device),
                            malloc_reuse=self.malloc_reuse,
