@@ -341,3 +341,23 @@ def make_run(run_dir: Path, iteration: int, checkpoint=None) -> None:
         path.write_bytes(b"ckpt %d" % iteration)
     else:
         os.mkfifo(path)  # an upload that reads it blocks: a copy caught mid-way
+
+
+def assert_each_number_once(record: dict, trial: dict | None = None) -> None:
+    """A run's config.json (and a sweep trial's trial.json beside it) say what ran where once:
+    `config` as given, `placement` only the numbers resolve() made (each field it changed,
+    never a copy of a given value, and the threads), `observed` only what the processes
+    found; no quantity sits in two sections, and trial.json repeats none of them."""
+    given = {}
+    for name, value in record["config"].items():
+        given.update(value if isinstance(value, dict) else {name: value})
+    placement, seen = record["placement"], record["observed"]
+    resolved = placement["resolved"]
+    assert set(resolved) <= set(given)
+    for name, number in resolved.items():
+        assert given[name] != number, (name, number)
+    made = set(placement) - {"resolved"}
+    for a, b in ((made, set(seen)), (made, set(given)), (set(seen), set(given))):
+        assert not a & b, a & b
+    if trial is not None:
+        assert not set(trial) & (made | set(seen) | set(given) | {"placement", "observed"})

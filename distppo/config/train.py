@@ -87,9 +87,9 @@ class TrainConfig:
         if self.learner.cuda_graphs and p.algo != "ppo":
             raise ConfigError(f"--cuda-graphs is for --algo ppo (the feedforward agent), not "
                               f"{p.algo}: drop --cuda-graphs")
-        m = self.learner.num_learners
-        if e.num_envs % m or (p.algo == "ppo_lstm" and (e.num_envs // m) % p.num_minibatches) or (
-                (e.num_envs // m) * p.num_steps % p.num_minibatches):
+        m, share = self.learner.num_learners, self.learner_num_envs
+        if e.num_envs % m or (p.algo == "ppo_lstm" and share % p.num_minibatches) or (
+                share * p.num_steps % p.num_minibatches):
             raise ConfigError(
                 f"num_envs = {e.num_envs} must split evenly over num_learners = {m}, and each "
                 f"learner's share into num_minibatches = {p.num_minibatches}: adjust the sizes")
@@ -128,6 +128,11 @@ class TrainConfig:
     @property
     def num_iterations(self) -> int:
         return self.ppo.total_timesteps // self.batch_size
+
+    @property
+    def learner_num_envs(self) -> int:
+        """Envs each learner trains on: its share of num_envs (validate() checks it splits)."""
+        return self.env.num_envs // self.learner.num_learners
 
     @property
     def runner_num_envs(self) -> int:
@@ -214,14 +219,14 @@ def check_exact_replay(cfg: TrainConfig) -> None:
                             for (a, b), s in REPLAYED_SCRIPTS.items())
         raise ConfigError(f"--exact-replay replays one of CleanRL's scripts and --algo "
                           f"{pair[0]} --backend {pair[1]} is none of them: use {scripts}")
-    r, lr = cfg.runner, cfg.learner
+    r, lcfg = cfg.runner, cfg.learner
     refused = ((f"--num-env-runners {r.num_env_runners}", r.num_env_runners not in ("auto", 1)),
-               (f"--num-learners {lr.num_learners}", lr.num_learners > 1),
+               (f"--num-learners {lcfg.num_learners}", lcfg.num_learners > 1),
                ("--overlap", r.overlap), (f"--env-groups {r.env_groups}", r.env_groups > 1),
-               ("--compile", lr.compile),
-               (f"--grad-shards {lr.grad_shards}", lr.grad_shards not in ("auto", 1)),
-               ("--cuda-graphs", lr.cuda_graphs), (f"--amp {lr.amp}", lr.amp != "off"),
-               ("--device cuda", lr.device == "cuda"),
+               ("--compile", lcfg.compile),
+               (f"--grad-shards {lcfg.grad_shards}", lcfg.grad_shards not in ("auto", 1)),
+               ("--cuda-graphs", lcfg.cuda_graphs), (f"--amp {lcfg.amp}", lcfg.amp != "off"),
+               ("--device cuda", lcfg.device == "cuda"),
                ("--runner-device cuda", r.runner_device == "cuda"))
     for what, on in refused:
         if on:

@@ -17,16 +17,17 @@ from distppo.core.seeds import CleanRLShuffle, set_torch_deterministic
 from distppo.core.shards import ShardPool
 from distppo.core.update import GradAllReduce, resolve_device, update
 from distppo.errors import ConfigError
-from distppo.placement.shards import shard_plan
+from distppo.placement.shards import ShardPlan, shard_plan
 
 
 class PPOLearner:
     """Owns the agent, the optimizer and the minibatch RNG; plain Python, no Ray."""
 
     def __init__(self, cfg: TrainConfig, obs_shape: tuple, num_actions: int, seed: int,
-                 rank: int = 0, threads: Optional[int] = None, own: Optional[int] = None):
-        """threads: the most torch threads its updates may use (--grad-shards auto takes one
-        slice per thread), own: before --overlap's handover; default: this process's count."""
+                 rank: int = 0, shards: Optional[ShardPlan] = None):
+        """shards: the gradient slices resolve() gave this learner (placement/resolve.py);
+        None, for a learner made on its own (a test, a debugger): sized here for this
+        process's torch threads."""
         self.cfg = cfg
         self.device = resolve_device(cfg.learner.device, cfg.learner.cuda)
         if cfg.learner.amp != "off" and self.device.type != "cuda":
@@ -55,16 +56,18 @@ class PPOLearner:
                     else np.random.default_rng(seed + rank))
         self.rank = rank
         self.sync: Optional[GradAllReduce] = None
-        threads = torch.get_num_threads() if threads is None else threads
-        self.shards = ShardPool(shard_plan(cfg, threads, self.device.type == "cpu", own))
+        if shards is None:
+            shards = shard_plan(cfg, torch.get_num_threads(), self.device.type == "cpu")
+        self.shards = ShardPool(shards)
 
-    def update(self, batch: RolloutBatch, iteration: int, wide: int = 0,
-               ready: Optional[Callable[[], bool]] = None) -> dict:
-        """On this process's torch threads; with `ready` (--overlap), on `wide` from the first
-        gradient slice after ready() says the runners' cores are free (the numbers do not
-        change: core/shards.py). The thread count is as before afterwards."""
+    def update(self, batch: RolloutBatch, iteration: int, handover_threads: int = 0,
+               runners_done: Optional[Callable[[], bool]] = None) -> dict:
+        """On this process's torch threads; with `runners_done` (--overlap), on
+        `handover_threads` from the first gradient slice after runners_done() says the runners'
+        cores are free (the numbers do not change: core/shards.py). The thread count is as
+        before afterwards."""
         threads = torch.get_num_threads()
-        self.shards.start(threads, wide, ready)
+        self.shards.start(threads, handover_threads, runners_done)
         if self.shards.plan.count > 1:  # every op of a sliced update on a slice's threads, so
             torch.set_num_threads(self.shards.plan.intra)  # its numbers never depend on width
         if isinstance(self.rng, CleanRLShuffle):

@@ -6,6 +6,7 @@ runs Loop.
 """
 from __future__ import annotations
 
+import dataclasses
 import sys
 import time
 from collections import Counter
@@ -25,7 +26,7 @@ from distppo.core.checkpoint import (
 )
 from distppo.core.rollout import RolloutMeta
 from distppo.core.runfolder import Prepared, claim, discard, prepare_run
-from distppo.core.runtime import Runtime, RuntimeInfo
+from distppo.core.runtime import Runtime, applied, summary
 from distppo.core.seeds import seed_everything, set_torch_deterministic
 from distppo.errors import LearnerFailure, StorageError, mark_resumable
 from distppo.placement.resolve import Placement
@@ -33,7 +34,7 @@ from distppo.telemetry.faultlog import FaultCounter, FaultLog, OnFault
 from distppo.telemetry.files import storage_errors
 from distppo.telemetry.parquet import ParquetSink
 from distppo.telemetry.progress import Progress
-from distppo.telemetry.runinfo import record_placement, record_resume, write_config_json
+from distppo.telemetry.runinfo import record_resume, record_start, write_config_json
 from distppo.telemetry.runlayout import RunPaths
 from distppo.telemetry.schema import LOSS_COLUMNS
 from distppo.telemetry.stats import EpisodeTracker, PhaseTimer, ReferenceReturns
@@ -141,15 +142,18 @@ class Loop:
                  state: Optional[dict], progress: bool, trackers: Sequence[Tracker],
                  counter: FaultCounter, logged: Counter):
         self.paths, self.runtime = paths, runtime
+        given = cfg
         # the config that runs: every auto a number (placement/resolve.py), recorded once
         self.placement: Placement = runtime.placement
         self.cfg = cfg = self.placement.config
-        self.info: RuntimeInfo = runtime.describe()
+        seen = runtime.observe()
         if progress:
-            print(self.info.summary(), flush=True)
-        if state is None:
-            with storage_errors(paths.run_dir):
-                record_placement(paths.config_json, self.info)
+            print(summary(self.placement, seen), flush=True)
+        learner, runner_threads = applied(self.placement, seen)
+        self.threads = (learner.threads, runner_threads)  # as learner 0 and runner 0 run
+        with storage_errors(paths.run_dir):  # at every start: a resume may run elsewhere
+            record_start(paths.config_json, self.placement.record(given),
+                         dataclasses.asdict(seen))
         self.sink = ParquetSink(paths.parquet)
         self.tracker = EpisodeTracker()
         self.reference = ReferenceReturns(cfg.env.num_envs)
@@ -182,7 +186,7 @@ class Loop:
                 self.tb.flush()
         self.trackers = list(trackers)
         self.bar = Progress(cfg.ppo.total_timesteps) if progress else None
-        self.timer = PhaseTimer()
+        self.timer: PhaseTimer = runtime.timer  # the runtime times its own phases into it
         self.start_time = time.time() - elapsed_before  # CleanRL's SPS timer: after construction
         self.pending: Optional[Pending] = None
 
@@ -254,9 +258,7 @@ class Loop:
         faults.check_iteration(iteration, self.paths.run_dir)
         self.timer.add("env", max(m.t_env_s for m in metas))
         self.timer.add("infer", max(m.t_infer_s for m in metas))
-        for name in ("wait", "transfer"):
-            self.timer.add(name, self.runtime.timings.get(f"t_{name}_s", 0.0))
-        row = iteration_row(cfg, self.paths.run_id, self.info, metas, stats,
+        row = iteration_row(cfg, self.paths.run_id, self.threads, metas, stats,
                             self.timer.as_columns(), iteration, self.global_step, wall,
                             policy_lag=iteration - 1 - version,
                             runner_restarts=self.counted("runner_restarts"),
@@ -379,7 +381,8 @@ class Loop:
             raise first
 
 
-def iteration_row(cfg: TrainConfig, run_id: str, info: RuntimeInfo, metas: list[RolloutMeta],
+def iteration_row(cfg: TrainConfig, run_id: str, threads: tuple[int, int],
+                  metas: list[RolloutMeta],
                   stats: dict, timings: dict, iteration: int, global_step: int, wall: float,
                   policy_lag: int, runner_restarts: int, learner_recoveries: int) -> dict:
     """One Parquet row (telemetry/schema.py) but for the episode columns (EpisodeTracker)."""
@@ -392,8 +395,8 @@ def iteration_row(cfg: TrainConfig, run_id: str, info: RuntimeInfo, metas: list[
         "learning_rate": float(stats["learning_rate"]),
         **{k: float(stats[k]) for k in LOSS_COLUMNS},
         **timings,
-        "num_env_runners": info.num_env_runners, "num_learners": info.num_learners,
-        "learner_threads": info.learner_threads, "runner_threads": info.runner_threads,
+        "num_env_runners": cfg.runner.num_env_runners, "num_learners": cfg.learner.num_learners,
+        "learner_threads": threads[0], "runner_threads": threads[1],
         "policy_lag": policy_lag, "runner_restarts": runner_restarts,
         "learner_recoveries": learner_recoveries,
         "runner_env_s_mean": sum(env_s) / len(env_s), "runner_env_s_max": max(env_s),

@@ -17,47 +17,54 @@ from distppo.core.hostcopy import to_host
 from distppo.core.learner import PPOLearner
 from distppo.core.rollout import RolloutBatch, RolloutMeta
 from distppo.core.sampler import make_envs, make_sampler, sampler_on
-from distppo.core.threads import cores, reuse_freed_memory
+from distppo.core.threads import cores, reuse_freed_memory, within
 from distppo.placement.resolve import ClusterFacts, Placement, resolve
+from distppo.placement.shards import LearnerSlice
 from distppo.telemetry.faultlog import OnFault
+from distppo.telemetry.stats import PhaseTimer
 
 
 @dataclass(frozen=True)
-class RuntimeInfo:
-    """What runs where, for the first line of output, the Parquet row and a sweep's trial.json."""
-    kind: str                      # "local" | "ray"
-    num_env_runners: int
-    num_learners: int
-    learner_device: str            # "cpu", "cuda:0", ...
-    gpu_name: str = ""             # CUDA device name of learner 0; "" on CPU
-    runner_nodes: int = 1          # distinct nodes that host env runners
+class Observed:
+    """What a run's processes found where they started, and only that: what resolve() could
+    not know (config.json `observed`, rewritten at every start). The numbers they were given
+    are the Placement's; the threads each applied follow from it and `*_cores` (applied())."""
+    runtime: str                   # "local" | "ray"
+    learner_device: str            # learner 0's torch device: "cpu", "cuda:0", ...
+    gpu_name: str = ""             # its CUDA device name; "" on CPU
+    acting_device: str = "cpu"     # where runner 0's policy acts (the learner's: --act-in learner)
+    runner_nodes: int = 1          # distinct nodes whose processes step the envs
     in_placement_group: Optional[bool] = None  # every actor in the caller's group (Ray only)
-    learner_threads: int = 1       # torch threads per learner process (the process, local)
-    runner_threads: int = 1        # torch threads per env-runner process (the process, local)
-    runner_device: str = "cpu"     # where the runners' policy copies act
-    malloc_reuse: bool = False     # freed memory kept for reuse (--malloc-reuse) in learner 0
-                                   # and runner 0 (the process, local): both applied it
-    learner_handover_threads: int = 0  # --overlap: a learner's threads once the runners have
-                                       # delivered (0: none)
-    grad_shards: int = 1           # slices per minibatch gradient (--grad-shards; 1: one pass)
-    learner_gpus: float = 0.0      # GPUs per learner (--learner-gpus, resolved)
-    runner_gpus: float = 0.0       # GPUs per env runner (0: CPU runners)
+    learner_cores: int = 1         # cores learner 0's process may run on (its affinity mask)
+    runner_cores: int = 1          # the same for the process that steps runner 0's envs
+    reuses_freed_memory: bool = False  # learner 0 and runner 0 do (--malloc-reuse applied)
 
-    def summary(self) -> str:
-        """The first line of a run's output: what runs where, with how many threads."""
-        gpu = f" ({self.gpu_name})" if self.gpu_name else ""
-        handover = (f" ({self.learner_handover_threads} once the runners have delivered)"
-                    if self.learner_handover_threads else "")
-        shards = f", gradients in {self.grad_shards} slices" if self.grad_shards > 1 else ""
-        if self.kind == "local":
-            return (f"local: {self.num_env_runners} env runner(s) and the learner in this "
-                    f"process, learner on {self.learner_device}{gpu}, "
-                    f"{self.learner_threads} torch thread(s){shards}")
-        return (f"ray: {self.num_learners} learner(s) on {self.learner_device}{gpu}, "
-                f"{self.learner_threads} thread(s) each{handover}{shards}; "
-                f"{self.num_env_runners} env runner(s) on {self.runner_nodes} node(s), "
-                f"{self.runner_device}, "
-                f"{self.runner_threads} thread(s) each")
+
+def applied(placement: Placement, seen: Observed) -> tuple[LearnerSlice, int]:
+    """(learner 0's slice, runner 0's torch threads) as their processes applied them: the
+    Placement's numbers within the cores each found (the actors' one clamp)."""
+    return (placement.learner.within(seen.learner_cores),
+            within(placement.runner_threads, seen.runner_cores))
+
+
+def summary(placement: Placement, seen: Observed) -> str:
+    """The first line of a run's output: what runs where, with how many threads."""
+    cfg = placement.config
+    learner, runner_threads = applied(placement, seen)
+    gpu = f" ({seen.gpu_name})" if seen.gpu_name else ""
+    handover = (f" ({learner.handover} once the runners have delivered)"
+                if learner.handover else "")
+    count = learner.shards.count
+    shards = f", gradients in {count} slices" if count > 1 else ""
+    runners = cfg.runner.num_env_runners
+    if seen.runtime == "local":
+        return (f"local: {runners} env runner(s) and the learner in this "
+                f"process, learner on {seen.learner_device}{gpu}, "
+                f"{learner.threads} torch thread(s){shards}")
+    return (f"ray: {cfg.learner.num_learners} learner(s) on {seen.learner_device}{gpu}, "
+            f"{learner.threads} thread(s) each{handover}{shards}; "
+            f"{runners} env runner(s) on {seen.runner_nodes} node(s), "
+            f"{seen.acting_device}, {runner_threads} thread(s) each")
 
 
 class Runtime(Protocol):
@@ -65,10 +72,11 @@ class Runtime(Protocol):
     # Faults a runtime survives (a runner Ray restarted, a learner process that died while
     # starting) go to the on_fault(kind, n, detail) it was created with, the moment it counts
     # them (telemetry/faultlog.py).
-    timings: dict          # t_transfer_s, t_wait_s of the latest iteration
+    timer: PhaseTimer      # the iteration's phase times, the loop's and the runtime's own
+                           # (wait, transfer): the one way a time reaches a row
     placement: Placement   # every auto of the run's config as a number (placement/resolve.py)
 
-    def describe(self) -> RuntimeInfo: ...
+    def observe(self) -> Observed: ...  # once every process has started
     def start_rollout(self, version: int): ...   # sample with the learner's current weights
     def finish_rollout(self, handle) -> tuple[list[RolloutMeta], object]: ...
     def learn(self, payload, iteration: int) -> dict: ...
@@ -104,22 +112,22 @@ class LocalRuntime:
         runners = range(cfg.runner.num_env_runners)
         if cfg.runner.act_in == "learner":  # the samplers act with the learner's parameters
             envs = [make_envs(cfg, r, video_dir) for r in runners]
-            self.learner = PPOLearner(cfg, *envs[0].spec(), cfg.seed)
+            self.learner = PPOLearner(cfg, *envs[0].spec(), cfg.seed,
+                                      shards=self.placement.learner.shards)
             self.samplers = [sampler_on(cfg, e, r, self.learner.agent)
                              for r, e in zip(runners, envs)]
         else:  # each with its own copy, made first: the learner seeds torch for its weights
             self.samplers = [make_sampler(cfg, r, video_dir) for r in runners]
-            self.learner = PPOLearner(cfg, *self.samplers[0].env_spec(), cfg.seed)
-        self.timings = {"t_transfer_s": 0.0, "t_wait_s": 0.0}
+            self.learner = PPOLearner(cfg, *self.samplers[0].env_spec(), cfg.seed,
+                                      shards=self.placement.learner.shards)
+        self.timer = PhaseTimer()
 
-    def describe(self) -> RuntimeInfo:
-        device, threads = str(self.learner.device), self.placement.threads.learner
-        return RuntimeInfo("local", len(self.samplers), 1, device, device_name(device),
-                           learner_threads=threads, runner_threads=threads,
-                           runner_device=str(self.samplers[0].device),
-                           malloc_reuse=self.malloc_reuse,
-                           grad_shards=self.placement.grad_shards,
-                           learner_gpus=self.placement.config.learner.learner_gpus)
+    def observe(self) -> Observed:
+        device = str(self.learner.device)
+        return Observed("local", device, device_name(device),
+                        acting_device=str(self.samplers[0].device),
+                        learner_cores=cores(), runner_cores=cores(),
+                        reuses_freed_memory=self.malloc_reuse)
 
     def start_rollout(self, version: int) -> list[RolloutBatch]:
         start = time.perf_counter()
@@ -127,7 +135,7 @@ class LocalRuntime:
         weights = None if shared else self.learner.get_weights()
         for sampler in self.samplers:
             sampler.set_weights(weights, version)
-        self.timings["t_transfer_s"] = time.perf_counter() - start
+        self.timer.add("transfer", time.perf_counter() - start)
         return [s.collect() for s in self.samplers]
 
     def finish_rollout(self, handle: list[RolloutBatch]

@@ -32,15 +32,16 @@ class ShardPool:
     def __init__(self, plan: ShardPlan):
         self.plan = plan
         self.width = 1
-        self._wide, self._ready = 1, None
+        self._handover, self._runners_done = 1, None
         self._pool = ThreadPoolExecutor(plan.count - 1, "grad-shard") if plan.count > 1 else None
 
-    def start(self, threads: int, wide: int = 0, ready: Optional[Callable[[], bool]] = None):
-        """Before an update: slices at once on `threads` threads; with `ready`, on `wide`
-        threads from the first slice after ready() says so (--overlap: the runners have
-        delivered, their cores are idle)."""
+    def start(self, threads: int, handover_threads: int = 0,
+              runners_done: Optional[Callable[[], bool]] = None):
+        """Before an update: slices at once on `threads` threads; with `runners_done`, on
+        `handover_threads` from the first slice after runners_done() says so (--overlap: the
+        runners have delivered, their cores are idle)."""
         self.width = self._slices(threads)
-        self._wide, self._ready = self._slices(wide), ready
+        self._handover, self._runners_done = self._slices(handover_threads), runners_done
 
     def _slices(self, threads: int) -> int:
         return max(1, min(self.plan.count, threads // self.plan.intra))
@@ -51,11 +52,11 @@ class ShardPool:
         loss.backward() leaves it; returns the minibatch's stats, the sum of the slices'.
         slice_loss(pos, envs) -> (loss, stats): the loss of the minibatch's positions `pos`
         (PPO-LSTM: of its envs `envs`), its means over the whole minibatch."""
-        def one(piece):
+        def slice_gradient(piece):
             loss, stats = slice_loss(*piece)
             return torch.autograd.grad(loss, params, allow_unused=True), as_floats(stats)
 
-        results = self.map(one, slices(self.plan.count, mb_size, mbenvinds))
+        results = self.map(slice_gradient, slices(self.plan.count, mb_size, mbenvinds))
         for i, param in enumerate(params):
             grads = [g[i] for g, _ in results if g[i] is not None]
             param.grad = None if not grads else sum(grads[1:], grads[0])
@@ -66,8 +67,9 @@ class ShardPool:
         out: list = []
         i = 0
         while i < len(items):
-            if self._ready is not None and self._ready():
-                self.width, self._ready = max(self.width, self._wide), None
+            if self._runners_done is not None and self._runners_done():
+                self.width = max(self.width, self._handover)
+                self._runners_done = None
             group = items[i:i + self.width]
             futures = [self._pool.submit(self._on_threads, fn, x) for x in group[1:]]
             out.append(self._on_threads(fn, group[0]))

@@ -15,12 +15,17 @@ def cores() -> int:
         return os.cpu_count() or 1
 
 
+def within(threads: int, num_cores: int) -> int:
+    """The one clamp a process puts on the thread count resolve() gave it
+    (placement/resolve.py): at most the cores it may run on. resolve() works from the CPUs Ray
+    declares, and a node may declare more than its machine has (a test cluster on a small
+    machine does); threads beyond the cores only contend."""
+    return max(1, min(threads, num_cores))
+
+
 def within_cores(threads: int) -> int:
-    """The one guard a Ray actor puts on the thread counts resolve() gave it
-    (placement/resolve.py): at most the cores this process may run on. resolve() works from
-    the CPUs Ray declares, and a node may declare more than its machine has (a test cluster
-    on a small machine does); threads beyond the cores only contend."""
-    return max(1, min(threads, cores()))
+    """within() this process's cores."""
+    return within(threads, cores())
 
 
 def set_omp_spincount(value) -> bool:

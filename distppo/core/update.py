@@ -177,17 +177,19 @@ def iteration_stats(b: "FlatBatch", last: dict, clipfracs: list, lrnow: float) -
 def prepare(agent: nn.Module, batch: RolloutBatch, p: PPOConfig,
             device: torch.device) -> FlatBatch:
     """The rollout on `device`, its advantages and returns (GAE), flattened."""
-    def t(a):  # the whole batch moves to the learner's device once per iteration
+    def on_device(a):  # the whole batch moves to the learner's device once per iteration
         x = torch.as_tensor(a)
         if device.type == "cuda":  # pinned pages copy asynchronously, overlapping each other
             return x.pin_memory().to(device, non_blocking=True)
         return x.to(device)
 
-    obs, actions, logprobs = t(batch.obs), t(batch.actions), t(batch.logprobs)
-    values, rewards, dones = t(batch.values), t(batch.rewards), t(batch.dones)
+    obs, actions, logprobs = (on_device(batch.obs), on_device(batch.actions),
+                              on_device(batch.logprobs))
+    values, rewards, dones = (on_device(batch.values), on_device(batch.rewards),
+                              on_device(batch.dones))
     with torch.no_grad():
-        advantages, returns = compute_gae(rewards, values, dones, t(batch.next_value),
-                                          t(batch.next_done), p.gamma, p.gae_lambda)
+        advantages, returns = compute_gae(rewards, values, dones, on_device(batch.next_value),
+                                          on_device(batch.next_done), p.gamma, p.gae_lambda)
 
     # flatten the batch: [T, N, ...] -> [T*N, ...]
     b_obs = obs.reshape((-1,) + batch.obs.shape[2:])
@@ -196,7 +198,8 @@ def prepare(agent: nn.Module, batch: RolloutBatch, p: PPOConfig,
         b_obs = b_obs.contiguous(memory_format=torch.channels_last)
     initial_lstm_state = None
     if isinstance(agent, LSTMAgent):
-        initial_lstm_state = (t(batch.lstm_state[0]), t(batch.lstm_state[1]))  # [1, N, H] each
+        # [1, N, H] each
+        initial_lstm_state = (on_device(batch.lstm_state[0]), on_device(batch.lstm_state[1]))
     return FlatBatch(
         b_obs=b_obs,
         b_logprobs=logprobs.reshape(-1),
@@ -205,7 +208,8 @@ def prepare(agent: nn.Module, batch: RolloutBatch, p: PPOConfig,
         b_advantages=advantages.reshape(-1),
         b_returns=returns.reshape(-1),
         b_values=values.reshape(-1),
-        b_valid=None if batch.valid is None else t(batch.valid).reshape(-1),  # [T, N] -> [T*N]
+        # [T, N] -> [T*N]
+        b_valid=None if batch.valid is None else on_device(batch.valid).reshape(-1),
         initial_lstm_state=initial_lstm_state,
         num_steps=batch.num_steps, num_envs=batch.num_envs)
 

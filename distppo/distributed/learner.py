@@ -20,11 +20,12 @@ from distppo.core.learner import PPOLearner
 from distppo.core.rollout import RolloutBatch, RolloutMeta
 from distppo.core.runtime import device_name
 from distppo.core.sampler import make_envs, sampler_on
-from distppo.core.threads import reuse_freed_memory, within_cores
+from distppo.core.threads import cores, reuse_freed_memory
 from distppo.core.update import GradAllReduce
 from distppo.distributed.boundary import host_only
 from distppo.distributed.netif import bind_collectives
 from distppo.errors import EnvError, UserError
+from distppo.placement.shards import LearnerSlice, ShardPlan
 from distppo.testing import faults
 
 GROUP_TIMEOUT = datetime.timedelta(minutes=10)
@@ -33,34 +34,53 @@ GROUP_TIMEOUT = datetime.timedelta(minutes=10)
 @host_only
 class Learner:
     def __init__(self, cfg: TrainConfig, obs_shape: tuple | None, num_actions: int | None,
-                 rank: int = 0, threads: int = 1, handover: int = 0,
+                 rank: int = 0, part: LearnerSlice | None = None,
                  video_dir: str | None = None, incarnation: int = 0):
-        """cfg, threads, handover: resolve()'s (placement/resolve.py; cfg's grad_shards a
-        number). handover: --overlap on a small node, the threads of each update's gradient
-        slices once the runners have delivered (0: none). --act-in learner: the env spec
-        comes from runner `rank`'s envs, built here (seeded by `incarnation`, the learners'
-        starts so far, as a restarted runner's), and video_dir is runner 0's."""
+        """cfg, part: resolve()'s (placement/resolve.py; cfg's grad_shards a number, `part`
+        this learner's threads, --overlap's handover and gradient slices; None: one thread,
+        one pass). --act-in learner: the env spec comes from runner `rank`'s envs, built
+        here (seeded by `incarnation`, the learners' starts so far, as a restarted runner's),
+        and video_dir is runner 0's."""
         # Ray sets OMP_NUM_THREADS from num_cpus (1 without); torch's own count is what the
-        # update uses, within this machine's cores
-        self.threads = within_cores(threads)
-        torch.set_num_threads(self.threads)
+        # update uses: resolve()'s, within this machine's cores (the one clamp). The slices
+        # widen onto the runners' cores once they have delivered, so the numbers do not
+        # depend on when that happens.
+        part = part or LearnerSlice(1, 0, ShardPlan(1, 1))
+        self.part = part.within(cores())
+        torch.set_num_threads(self.part.threads)
         self.malloc_reuse = reuse_freed_memory(cfg.runner.malloc_reuse)
-        check_gpu(cfg)
-        # the slices widen onto the runners' cores once they have delivered, so the numbers do
-        # not depend on when that happens; where within_cores leaves the handover no wider
-        # than the learner's own threads, there is none
-        handover = within_cores(handover)
-        self.handover = handover if handover > self.threads else 0
-        envs = None
-        if cfg.runner.act_in == "learner":
-            envs = make_envs(cfg, rank, video_dir if rank == 0 else None, incarnation)
-            obs_shape, num_actions = envs.spec()
-        self.core = PPOLearner(cfg, obs_shape, num_actions, cfg.seed, rank,
-                               threads=max(self.threads, self.handover), own=self.threads)
-        self.sampler = None if envs is None else sampler_on(cfg, envs, rank, self.core.agent)
         # the rollouts sampled here and not yet learned on, oldest first (--overlap: two)
         self.rollouts: collections.deque = collections.deque()
+        self.failed: UserError | EnvError | None = None  # raised by started(), as itself
+        try:
+            self._build(cfg, obs_shape, num_actions, rank,
+                        video_dir if rank == 0 else None, incarnation)
+        except (UserError, EnvError) as exc:
+            self.failed = exc
         faults.kill_once("learner_init")
+
+    def _build(self, cfg: TrainConfig, obs_shape: tuple | None, num_actions: int | None,
+               rank: int, video_dir: str | None, incarnation: int) -> None:
+        check_gpu(cfg)
+        envs = None
+        if cfg.runner.act_in == "learner":
+            try:
+                envs = make_envs(cfg, rank, video_dir, incarnation)
+            except Exception as exc:  # noqa: BLE001 - any error of the env libraries, named
+                raise EnvError(f"the envs of learner {rank} could not be built: "
+                               f"{type(exc).__name__}: {exc}") from None
+            obs_shape, num_actions = envs.spec()
+        self.core = PPOLearner(cfg, obs_shape, num_actions, cfg.seed, rank,
+                               shards=self.part.shards)
+        self.sampler = None if envs is None else sampler_on(cfg, envs, rank, self.core.agent)
+
+    def started(self) -> int:
+        """This process's pid, once its constructor is done. A user's mistake it found (a
+        ConfigError, a GPU torch cannot use) or envs it could not build raise here, as the
+        errors they are: Ray hands an error raised in a constructor back only as text."""
+        if self.failed is not None:
+            raise self.failed
+        return os.getpid()
 
     def rendezvous_address(self) -> tuple[str, int]:
         """Rank 0: this node's IP and a port the kernel picked, listened on by the group's
@@ -99,14 +119,15 @@ class Learner:
         return batch.meta
 
     def update(self, shares: list | None, iteration: int, in_flight: list | None = None
-               ) -> dict:
+               ) -> tuple[dict, float]:
         """shares: [(batch ObjectRef, first env, end env)], the runners' envs this learner
         trains on; fetched here, straight from the runners, never through the trainer. None:
         the oldest rollout this learner sampled itself (--act-in learner).
         in_flight: with --overlap, the metas (ObjectRefs, unresolved) of the rollout the runners
         sample meanwhile: once they are all ready (a runner that died counts: its restart
         samples after this update), the update's gradient slices take the handover's threads
-        ([]: none in flight, the last iteration: from the start)."""
+        ([]: none in flight, the last iteration: from the start).
+        Returns the losses and the seconds from the batch in hand to the update done."""
         faults.pause("learner_update")
         if shares is None:
             batch = self.rollouts.popleft()
@@ -116,13 +137,12 @@ class Learner:
                                          else b.env_slice(lo, hi)
                                          for b, (_, lo, hi) in zip(batches, shares)])
         fetched = time.perf_counter()
-        ready = None
-        if self.handover and in_flight is not None:
-            ready = functools.partial(delivered, in_flight) if in_flight else lambda: True
-        stats = self.core.update(batch, iteration, self.handover, ready)
-        # what the trainer's wait beyond this goes to moving batches (t_transfer_s)
-        stats["t_update_s"] = time.perf_counter() - fetched
-        return stats
+        runners_done = None
+        if self.part.handover and in_flight is not None:
+            runners_done = functools.partial(delivered, in_flight) if in_flight else lambda: True
+        stats = self.core.update(batch, iteration, self.part.handover, runners_done)
+        # the trainer's wait beyond these seconds went to moving batches (t_transfer_s)
+        return stats, time.perf_counter() - fetched
 
     def get_weights(self) -> dict:
         return self.core.get_weights()
@@ -134,12 +154,11 @@ class Learner:
         faults.kill_once("learner_load")
         self.core.load_state_dict(state)
 
-    def device(self) -> tuple[str, str, int, int, bool]:
-        """What only this process knows: (torch device, CUDA device name or "", torch threads
-        and handover threads as applied within its cores, --malloc-reuse applied)."""
+    def observed(self) -> tuple[str, str, int, bool]:
+        """What only this process knows: (torch device, CUDA device name or "", the cores it
+        may run on, whether freed memory is kept for reuse: --malloc-reuse applied)."""
         device = str(self.core.device)
-        return (device, device_name(device), torch.get_num_threads(), self.handover,
-                self.malloc_reuse)
+        return device, device_name(device), cores(), self.malloc_reuse
 
     def placement_group_id(self) -> str | None:
         return ray.get_runtime_context().get_placement_group_id()

@@ -14,7 +14,7 @@ from ray._private.state import jobs as job_table
 from distppo.config import TrainConfig
 from distppo.core.rollout import RolloutBatch, RolloutMeta
 from distppo.core.sampler import make_sampler
-from distppo.core.threads import reuse_freed_memory, within_cores
+from distppo.core.threads import cores, reuse_freed_memory, within_cores
 from distppo.distributed.boundary import host_only
 from distppo.errors import EnvError
 from distppo.testing import faults
@@ -32,13 +32,22 @@ class EnvRunner:
         # Ray runs this constructor again in a new process after the old one died; the
         # restart count picks fresh env seeds for the rebuilt envs (core/seeds.py).
         self.incarnation = num_restarts(ray.get_runtime_context().get_actor_id())
+        self.failed: EnvError | None = None  # raised by started(), as itself
         try:
             self.sampler = make_sampler(cfg, runner_index, video_dir, self.incarnation)
-        except Exception as exc:
-            raise EnvError(f"{self.label} could not create its envs: "
-                           f"{type(exc).__name__}: {exc}") from None
+        except Exception as exc:  # noqa: BLE001 - any error of the env libraries, named
+            self.failed = EnvError(f"{self.label} could not create its envs: "
+                                   f"{type(exc).__name__}: {exc}")
         faults.kill_once("runner_init")
         faults.pause("runner_init")
+
+    def started(self) -> int:
+        """This process's pid, once its constructor is done. Envs it could not build raise
+        here, as the EnvError they are: Ray hands an error raised in a constructor back only
+        as text."""
+        if self.failed is not None:
+            raise self.failed
+        return os.getpid()
 
     def env_spec(self) -> tuple[tuple, int]:
         return self.sampler.env_spec()
@@ -57,9 +66,10 @@ class EnvRunner:
                            f"{type(exc).__name__}: {exc}") from None
         return batch.meta, batch
 
-    def threads(self) -> tuple[int, bool]:
-        """(torch threads, whether freed memory is kept for reuse: --malloc-reuse applied)."""
-        return torch.get_num_threads(), self.malloc_reuse
+    def observed(self) -> tuple[str, int, bool]:
+        """What only this process knows: (the device its policy acts on, the cores it may run
+        on, whether freed memory is kept for reuse: --malloc-reuse applied)."""
+        return str(self.sampler.device), cores(), self.malloc_reuse
 
     def pid(self) -> int:
         return os.getpid()

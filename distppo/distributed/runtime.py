@@ -22,7 +22,7 @@ from ray.exceptions import GetTimeoutError, ObjectLostError, RayActorError, RayT
 
 from distppo.config import TrainConfig
 from distppo.core.rollout import RolloutMeta
-from distppo.core.runtime import RuntimeInfo
+from distppo.core.runtime import Observed
 from distppo.distributed.connect import answer_within, connect
 from distppo.distributed.learner import RemoteLearner
 from distppo.distributed.resources import (
@@ -32,7 +32,14 @@ from distppo.distributed.resources import (
     runner_strategy,
 )
 from distppo.distributed.runners import RemoteEnvRunner, job_ended, num_restarts
-from distppo.errors import JobEnded, LearnerFailure, RunnerFailure, UserError, end_now
+from distppo.errors import (
+    EnvError,
+    JobEnded,
+    LearnerFailure,
+    RunnerFailure,
+    UserError,
+    end_now,
+)
 from distppo.placement.resolve import Placement, resolve
 from distppo.placement.sizing import (
     learner_bundle,
@@ -42,6 +49,7 @@ from distppo.placement.sizing import (
     runner_gpus,
 )
 from distppo.telemetry.faultlog import OnFault, ignore_fault
+from distppo.telemetry.stats import PhaseTimer
 from distppo.testing import faults
 
 CALL_TIMEOUT_S = 900.0  # no rollout or update of a sane config takes this long: fail loudly
@@ -60,7 +68,6 @@ class RayRuntime:
         cfg = self.cfg = self.placement.config
         check_cluster_has(required_resources(cfg))
         torch.set_num_threads(self.placement.main_threads)
-        self.threads = self.placement.threads
         self.video_dir = video_dir
         r = cfg.runner
         acting = r.act_in == "learner"  # the learners step the envs: no runner actors
@@ -69,7 +76,7 @@ class RayRuntime:
                                     num_gpus=runner_gpus(cfg, 0.0),  # resolved: the number
                                     scheduling_strategy=runner_strategy(runner_bundle(cfg, i)),
                                     max_restarts=r.runner_max_restarts, max_task_retries=0
-                                    ).remote(cfg, i, video_dir, self.threads.runner)
+                                    ).remote(cfg, i, video_dir, self.placement.runner_threads)
             for i in range(r.num_env_runners)
         ]
         self.on_fault = on_fault or ignore_fault  # told of each fault as it is counted
@@ -77,48 +84,40 @@ class RayRuntime:
         # the handle knows its actor's id before the actor answers: restarts of a runner killed
         # while it starts are counted while we wait
         self.runner_ids = [runner._actor_id.hex() for runner in self.runners]
+        self._ask_runners("started")  # every runner built its envs, or one line says why not
         self.obs_shape, self.num_actions = (None, None) if acting else \
             self._ask_runners("env_spec", only=0)[0]
         self.learner_starts = 0  # learner sets started so far: their envs' incarnation
         self.learners = self._make_learners()
-        self.timings = {"t_transfer_s": 0.0, "t_wait_s": 0.0}
+        self.timer = PhaseTimer()
         self.in_flight: list = []  # the metas of the rollout the runners are sampling
         # Wait until every actor is up: like CleanRL's SPS timer, ours starts after construction.
-        self._info = self._describe()
+        self._seen = self._observe()
         self._note_restarts()  # runners killed while starting
 
-    def _describe(self) -> RuntimeInfo:
-        # the threads each actor applied: resolve()'s, within its machine's cores (within_cores)
-        device, gpu_name, learner_threads, handover, learner_reuse = self._learner_device
+    def _observe(self) -> Observed:
+        device, gpu_name, learner_cores, learner_reuse = self._learner_observed
         if self.runners:
             runner_nodes = self._ask_runners("node_id")
-            runner_threads, runner_reuse = self._ask_runners("threads", only=0)[0]
-            runner_device = self.cfg.runner.runner_device
-        else:  # the learners act, on their own device and threads
+            runner_device, runner_cores, runner_reuse = self._ask_runners("observed", only=0)[0]
+        else:  # the learners act, on their own device and cores
             runner_nodes = self._get([learner.node_id.remote() for learner in self.learners])
-            runner_threads, runner_reuse, runner_device = learner_threads, learner_reuse, device
+            runner_device, runner_cores, runner_reuse = device, learner_cores, learner_reuse
         group = ray.get_runtime_context().get_placement_group_id()
         theirs = self._ask_runners("placement_group_id") + self._learner_groups
-        return RuntimeInfo("ray", self.cfg.runner.num_env_runners, len(self.learners), device,
-                           gpu_name,
-                           runner_nodes=len(set(runner_nodes)),
-                           in_placement_group=group is not None and all(t == group for t in theirs),
-                           learner_threads=learner_threads, runner_threads=runner_threads,
-                           runner_device=runner_device,
-                           malloc_reuse=learner_reuse and runner_reuse,
-                           learner_handover_threads=handover,
-                           grad_shards=self.placement.grad_shards,
-                           learner_gpus=self.cfg.learner.learner_gpus,
-                           runner_gpus=runner_gpus(self.cfg, 0.0))
+        return Observed("ray", device, gpu_name, runner_device, len(set(runner_nodes)),
+                        in_placement_group=group is not None and all(t == group for t in theirs),
+                        learner_cores=learner_cores, runner_cores=runner_cores,
+                        reuses_freed_memory=learner_reuse and runner_reuse)
 
-    def describe(self) -> RuntimeInfo:
-        return self._info
+    def observe(self) -> Observed:
+        return self._seen
 
     def _ask_runners(self, method: str, only: int | None = None) -> list:
         """Every runner's (or runner `only`'s) answer to a quick call while the runtime starts.
         A runner whose process is killed meanwhile is restarted by Ray: wait for it and ask
         again (counted from the actor table like any restart). A runner whose constructor
-        raised (its envs could not be built) is one RunnerFailure naming the cause."""
+        could not build its envs (started()) is one RunnerFailure naming the cause."""
         indices = range(len(self.runners)) if only is None else [only]
         refs = {i: getattr(self.runners[i], method).remote() for i in indices}
         answers = []
@@ -127,13 +126,12 @@ class RayRuntime:
                 try:
                     answers.append(self._get(refs[i]))
                     break
+                except EnvError as exc:  # started(): the envs it could not build, named
+                    raise RunnerFailure(str(getattr(exc, "cause", exc))) from None
                 except RayActorError as exc:
-                    if exc.actor_init_failed:  # name the cause, not Ray's dump
-                        lines = [line for line in str(exc).splitlines() if "EnvError:" in line]
-                        cause = lines[-1].split("EnvError: ", 1)[1] if lines else (
-                            f"env runner {i} could not start: see its log in the Ray session "
-                            "folder")
-                        raise RunnerFailure(cause) from None
+                    if exc.actor_init_failed:  # a constructor that raised something else
+                        raise RunnerFailure(f"env runner {i} could not start: see its log in "
+                                            "the Ray session folder") from None
                     self._note_restarts()  # now: Ray counts a restart as it begins one
                     self._wait_until_alive(i)
                     refs[i] = getattr(self.runners[i], method).remote()
@@ -151,46 +149,48 @@ class RayRuntime:
         for _ in range(LEARNER_START_TRIES):
             learners = self._start_learners()
             try:
-                self._get([learner.pid.remote() for learner in learners])
+                self._get([learner.started.remote() for learner in learners])
                 self._group(learners)
-                # what describe() says of them, asked here: a kill now is a start death too
-                self._learner_device = self._get(learners[0].device.remote())
+                # what observe() says of them, asked here: a kill now is a start death too
+                self._learner_observed = self._get(learners[0].observed.remote())
                 self._learner_groups = self._get([a.placement_group_id.remote()
                                                   for a in learners])
                 return learners
+            except (UserError, EnvError) as exc:  # started(): what its constructor found
+                self._kill_all(learners)
+                cause = getattr(exc, "cause", exc)  # Ray's error is also an instance of it
+                if isinstance(cause, EnvError):  # --act-in learner: its envs
+                    raise RunnerFailure(str(cause)) from None
+                raise UserError(str(cause)) from None
             except RayActorError as exc:
-                for learner in learners:
-                    ray.kill(learner)
                 if not exc.actor_init_failed:  # its process died: start them again
+                    for learner in learners:
+                        ray.kill(learner)
                     check_job_alive("a learner process died while starting")
                     self.on_fault("learner_recoveries", 1,
                                   "a learner process died while starting; started again")
                     continue
-                for runner in self.runners:
-                    ray.kill(runner)
-                for line in reversed(str(exc).splitlines()):
-                    for kind in ("ConfigError: ", "UserError: "):
-                        if kind in line:
-                            raise UserError(line.split(kind, 1)[1].strip()) from None
-                    if "EnvError: " in line:  # --act-in learner: its envs could not be built
-                        raise RunnerFailure(line.split("EnvError: ", 1)[1].strip()) from None
+                self._kill_all(learners)  # a constructor that raised something else
                 raise LearnerFailure("a learner could not start: see its log in the Ray "
                                      "session folder") from None
         raise LearnerFailure(f"learner processes died {LEARNER_START_TRIES} times in a row "
                              "while starting: see their logs in the Ray session folder")
 
+    def _kill_all(self, learners: list) -> None:
+        for actor in learners + self.runners:
+            ray.kill(actor)
+
     def _start_learners(self) -> list:
-        lr = self.cfg.learner
+        lcfg = self.cfg.learner
         incarnation, self.learner_starts = self.learner_starts, self.learner_starts + 1
         return [RemoteLearner.options(num_cpus=learner_cpus(self.cfg),
-                                      num_gpus=lr.learner_gpus,
+                                      num_gpus=lcfg.learner_gpus,
                                       scheduling_strategy=group_strategy(learner_bundle(rank)),
                                       max_restarts=0).remote(self.cfg, self.obs_shape,
                                                              self.num_actions, rank,
-                                                             self.threads.learner,
-                                                             self.threads.handover,
+                                                             self.placement.learner,
                                                              self.video_dir, incarnation)
-                for rank in range(lr.num_learners)]
+                for rank in range(lcfg.num_learners)]
 
     def _group(self, learners: list) -> None:
         """Data-parallel learners join one process group (rank 0 listens)."""
@@ -228,7 +228,7 @@ class RayRuntime:
         else:
             metas, payload = self._learners_sampled(refs), None
         busy = max(m.t_env_s + m.t_infer_s for m in metas)
-        self.timings["t_wait_s"] = max(time.perf_counter() - start - busy, 0.0)
+        self.timer.add("wait", max(time.perf_counter() - start - busy, 0.0))
         return metas, payload
 
     def _learners_sampled(self, refs: list) -> list[RolloutMeta]:
@@ -334,15 +334,15 @@ class RayRuntime:
         start = time.perf_counter()
         shares = [None] * len(self.learners)
         if runner_batches is not None:
-            share = sum(n for _, n in runner_batches) // len(self.learners)
+            share = self.cfg.learner_num_envs
             shares = [env_shares(runner_batches, k * share, (k + 1) * share)
                       for k in range(len(self.learners))]
         # --overlap's handover watches the rollout in flight (a list: Ray passes it unresolved)
-        in_flight = self.in_flight if self.threads.handover else None
+        in_flight = self.in_flight if self.placement.learner.handover else None
         refs = [learner.update.remote(mine, iteration, in_flight)
                 for mine, learner in zip(shares, self.learners)]
         try:
-            stats = self._get(refs)
+            answers = self._get(refs)  # [(losses, seconds updating)] per learner
         except (RayActorError, ObjectLostError, GetTimeoutError) as exc:
             # ObjectLostError: it answered, and its node was removed before the answer was read
             raise learner_failure(f"a learner failed: {type(exc).__name__}") from None
@@ -352,9 +352,9 @@ class RayRuntime:
             # a runner's batch was lost with its node: rewind and sample again
             raise learner_failure(f"a learner lost its batch: {type(exc.cause).__name__}") from None
         # what the learners did not spend updating went to moving the batch and scheduling
-        busy = max(s["t_update_s"] for s in stats)
-        self.timings["t_transfer_s"] = max(time.perf_counter() - start - busy, 0.0)
-        return stats[0]  # rank 0's losses, as ppo_atari_multigpu.py logs rank 0
+        busy = max(seconds for _, seconds in answers)
+        self.timer.add("transfer", max(time.perf_counter() - start - busy, 0.0))
+        return answers[0][0]  # rank 0's losses, as ppo_atari_multigpu.py logs rank 0
 
     def learner_state(self) -> dict:
         try:

@@ -9,13 +9,12 @@ Placement, and hand the actors its numbers; the loop records it in config.json.
 """
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 
 from distppo.config import TrainConfig
 from distppo.envs.games import installed_envpool_limit
 from distppo.errors import ConfigError
-from distppo.placement.shards import shard_plan
+from distppo.placement.shards import LearnerSlice, shard_plan
 from distppo.placement.sizing import (
     Threads,
     learner_gpus,
@@ -41,14 +40,19 @@ class ClusterFacts:
 
 @dataclass(frozen=True)
 class Placement:
-    """A run's execution settings as numbers, as resolve() made them."""
+    """A run's execution settings as numbers, as resolve() made them: the one record of them.
+    Each process is given its part (a learner its `learner` slice, a runner `runner_threads`)
+    and applies one clamp to the cores it finds (LearnerSlice.within, core/threads.py
+    within_cores); config.json holds record() beside the config as given."""
     config: TrainConfig
     """the config with num_env_runners, learner_gpus and grad_shards numbers, act_in runners or
     learner (runner_gpus a number too where runners act on --runner-device cuda); everything
     else as given"""
-    threads: Threads
-    """torch threads per learner and per env runner (--local: this process's, both) and the
-    learners' --overlap handover (0: none)"""
+    learner: LearnerSlice
+    """each learner's torch threads (--local: this process's), --overlap's handover and its
+    gradient slices"""
+    runner_threads: int
+    """torch threads per env-runner process (--local: this process's)"""
     main_threads: int
     """torch threads of the process that runs the loop (--local: all the work; Ray: the
     trainer, which only schedules)"""
@@ -56,8 +60,24 @@ class Placement:
     """whether the learners update on the CPU (their gradient slices and handover need it)"""
 
     @property
+    def threads(self) -> Threads:
+        return Threads(self.learner.threads, self.runner_threads, self.learner.handover)
+
+    @property
     def grad_shards(self) -> int:
         return self.config.learner.grad_shards
+
+    def record(self, given: TrainConfig) -> dict:
+        """config.json's `placement`: each number resolve() made, once. `resolved` holds the
+        fields it changed in `given` (each auto's number), by their flag names; the config
+        section keeps what was given, so a resume elsewhere resolves again."""
+        asked = given.flat()
+        return {"resolved": {k: v for k, v in self.config.flat().items() if asked[k] != v},
+                "learner_threads": self.learner.threads,
+                "learner_handover_threads": self.learner.handover,
+                "slice_threads": self.learner.shards.intra,
+                "runner_threads": self.runner_threads, "main_threads": self.main_threads,
+                "learner_on_cpu": self.learner_on_cpu}
 
 
 def resolve(cfg: TrainConfig, facts: ClusterFacts) -> Placement:
@@ -72,11 +92,12 @@ def resolve(cfg: TrainConfig, facts: ClusterFacts) -> Placement:
     # Ray shows an actor only the GPUs it reserved: a learner with none updates on the CPU
     on_cpu = learner_on_cpu(cfg, cfg.learner.learner_gpus)
     threads = ray_threads(cfg, facts.cpus, learner_on_gpu=not on_cpu)
-    plan = shard_plan(cfg, max(threads.learner, threads.handover), on_cpu, own=threads.learner)
+    plan = shard_plan(cfg, max(threads.learner, threads.handover), on_cpu,
+                      own_threads=threads.learner)
     # a handover widens the gradient slices: with one slice there is nothing to widen
-    threads = dataclasses.replace(threads, handover=threads.handover if plan.count > 1 else 0)
+    learner = LearnerSlice(threads.learner, threads.handover if plan.count > 1 else 0, plan)
     main = 1 if cfg.runner.num_threads == "auto" else cfg.runner.num_threads
-    return Placement(cfg.replace(grad_shards=plan.count), threads, main, on_cpu)
+    return Placement(cfg.replace(grad_shards=plan.count), learner, threads.runner, main, on_cpu)
 
 
 def _resolve_local(cfg: TrainConfig, facts: ClusterFacts) -> Placement:
@@ -98,13 +119,14 @@ def _resolve_local(cfg: TrainConfig, facts: ClusterFacts) -> Placement:
             # the script makes its pool without a limit: the installed EnvPool's own
             cfg = cfg.replace(max_episode_steps=installed_envpool_limit(cfg.env.env_id))
     plan = shard_plan(cfg, threads.learner, on_cpu)
-    return Placement(cfg.replace(grad_shards=plan.count), threads, threads.learner, on_cpu)
+    return Placement(cfg.replace(grad_shards=plan.count), LearnerSlice(threads.learner, 0, plan),
+                     threads.runner, threads.learner, on_cpu)
 
 
 def learner_on_cpu(cfg: TrainConfig, gpus: float) -> bool:
     """Where PPOLearner (core/update.resolve_device) puts a learner that sees `gpus` CUDA
     devices: --device cpu or auto without CUDA (--no-cuda, or no GPU) is the CPU."""
-    lr = cfg.learner
-    if lr.device == "auto":
-        return not (lr.cuda and gpus > 0)
-    return lr.device == "cpu"
+    lcfg = cfg.learner
+    if lcfg.device == "auto":
+        return not (lcfg.cuda and gpus > 0)
+    return lcfg.device == "cpu"

@@ -49,11 +49,11 @@ def ray_threads(cfg: TrainConfig, cpus: float, learner_on_gpu: bool = False) -> 
     only launches kernels there: with --overlap it keeps one thread and the runners share the
     rest, whatever their reservation says. Never more threads at once than CPUs, unless there
     are more processes than CPUs (each gets 1)."""
-    r, lr = cfg.runner, cfg.learner
+    r, lcfg = cfg.runner, cfg.learner
     if r.num_threads != "auto":
         return Threads(r.num_threads, r.num_threads)
     cpus = max(1, int(cpus + 1e-6))  # a packed trial's 1.34 + 1.33 + 1.33 CPUs are 4
-    n, m = r.num_env_runners, lr.num_learners
+    n, m = r.num_env_runners, lcfg.num_learners
     if r.act_in == "learner":  # one process acts and learns in turn: each phase has it all
         return Threads(max(1, cpus // m), max(1, cpus // m))
     if not r.overlap:
@@ -89,14 +89,14 @@ def acts_in_learner(cfg: TrainConfig, gpus: float) -> bool:
     (--runner-device cuda) and the learner is on one (given --learner-gpus > 0, or auto with
     `gpus` > 0 and CUDA allowed): then acting shares the learner's parameters on its GPU
     instead of copying them to runner processes that each open a CUDA context."""
-    r, lr = cfg.runner, cfg.learner
+    r, lcfg = cfg.runner, cfg.learner
     if r.act_in != "auto":
         return r.act_in == "learner"
     if r.runner_device != "cuda":
         return False
-    if lr.learner_gpus != "auto":
-        return lr.learner_gpus > 0
-    return gpus > 0 and lr.device != "cpu" and lr.cuda
+    if lcfg.learner_gpus != "auto":
+        return lcfg.learner_gpus > 0
+    return gpus > 0 and lcfg.device != "cpu" and lcfg.cuda
 
 
 def resolve_act_in(cfg: TrainConfig, gpus: float) -> TrainConfig:
@@ -134,9 +134,9 @@ def resolve_runners(cfg: TrainConfig, cpus: float, gpus: float = 0.0) -> TrainCo
         return cfg.replace(num_env_runners=1)
     if cfg.runner.runner_device == "cuda":
         return cfg.replace(num_env_runners=gpu_runners(cfg.env.num_envs, gpus))
-    lr = cfg.learner
+    lcfg = cfg.learner
     n = auto_runners(cfg.env.num_envs, cpus, cfg.runner.runner_cpus,
-                     lr.num_learners * lr.learner_cpus)
+                     lcfg.num_learners * lcfg.learner_cpus)
     return cfg.replace(num_env_runners=n)
 
 
@@ -164,13 +164,13 @@ def learner_gpus(cfg: TrainConfig, cluster_gpus: float) -> float:
     """GPUs per learner: the number given, or with auto one GPU each (a fraction when the
     learners outnumber the GPUs the runners leave) when there is one and the learner may use
     CUDA (not --device cpu or --no-cuda)."""
-    lr = cfg.learner
-    if lr.learner_gpus != "auto":
-        return float(lr.learner_gpus)
-    if cluster_gpus <= 0 or lr.device == "cpu" or not lr.cuda:
+    lcfg = cfg.learner
+    if lcfg.learner_gpus != "auto":
+        return float(lcfg.learner_gpus)
+    if cluster_gpus <= 0 or lcfg.device == "cpu" or not lcfg.cuda:
         return 0.0
     left = cluster_gpus - runner_count(cfg) * runner_gpus(cfg, cluster_gpus)
-    return max(0.0, min(1.0, left / lr.num_learners))
+    return max(0.0, min(1.0, left / lcfg.num_learners))
 
 
 def resolve_gpus(cfg: TrainConfig, cluster_gpus: float) -> TrainConfig:
@@ -186,36 +186,36 @@ def required_resources(cfg: TrainConfig) -> dict:
     """The CPUs and GPUs of every actor of one run (the trainer process itself not counted);
     learner_gpus auto counts as 0 here, runner_gpus auto as 0.25, num_env_runners auto as 1
     (resolve_runners and resolve_gpus first)."""
-    r, lr = cfg.runner, cfg.learner
-    gpus = 0.0 if lr.learner_gpus == "auto" else lr.learner_gpus
+    r, lcfg = cfg.runner, cfg.learner
+    gpus = 0.0 if lcfg.learner_gpus == "auto" else lcfg.learner_gpus
     n = runner_count(cfg)
-    return {"CPU": n * r.runner_cpus + lr.num_learners * lr.learner_cpus,
-            "GPU": lr.num_learners * gpus + n * runner_gpus(cfg, 0.0)}
+    return {"CPU": n * r.runner_cpus + lcfg.num_learners * lcfg.learner_cpus,
+            "GPU": lcfg.num_learners * gpus + n * runner_gpus(cfg, 0.0)}
 
 
-def trial_bundles(train: TrainConfig, trial_cpus: float) -> list[dict]:
+def trial_bundles(cfg: TrainConfig, trial_cpus: float) -> list[dict]:
     """The placement group of one trial; bundle 0 hosts the trial process (Tune's convention).
     learner_gpus auto counts as 0, runner_gpus auto as 0.25 (resolve_gpus first)."""
-    lr, r = train.learner, train.runner
-    gpus = 0.0 if lr.learner_gpus == "auto" else lr.learner_gpus
-    if train.local:  # LocalRuntime: samplers and learner live in the trial process itself
+    lcfg, r = cfg.learner, cfg.runner
+    gpus = 0.0 if lcfg.learner_gpus == "auto" else lcfg.learner_gpus
+    if cfg.local:  # LocalRuntime: samplers and learner live in the trial process itself
         return [{"CPU": trial_cpus, "GPU": gpus}]
     if r.act_in == "learner":
         return ([{"CPU": trial_cpus}]
-                + [{"CPU": learner_cpus(train), "GPU": gpus}] * lr.num_learners)
+                + [{"CPU": learner_cpus(cfg), "GPU": gpus}] * lcfg.num_learners)
     runner = {"CPU": r.runner_cpus}
     if r.runner_device == "cuda":
-        runner["GPU"] = runner_gpus(train, 0.0)
+        runner["GPU"] = runner_gpus(cfg, 0.0)
     return ([{"CPU": trial_cpus}]
-            + [{"CPU": lr.learner_cpus, "GPU": gpus}] * lr.num_learners
-            + [runner] * runner_count(train))
+            + [{"CPU": lcfg.learner_cpus, "GPU": gpus}] * lcfg.num_learners
+            + [runner] * runner_count(cfg))
 
 
-def learner_cpus(train: TrainConfig) -> float:
+def learner_cpus(cfg: TrainConfig) -> float:
     """The CPUs Ray reserves per learner: --learner-cpus, and with --act-in learner its
     runner's --runner-cpus too (the learner's process steps that runner's envs)."""
-    r = train.runner
-    return train.learner.learner_cpus + (r.runner_cpus if r.act_in == "learner" else 0.0)
+    r = cfg.runner
+    return cfg.learner.learner_cpus + (r.runner_cpus if r.act_in == "learner" else 0.0)
 
 
 def learner_bundle(rank: int) -> int:
@@ -223,12 +223,12 @@ def learner_bundle(rank: int) -> int:
     return 1 + rank
 
 
-def runner_bundle(train: TrainConfig, index: int) -> int:
+def runner_bundle(cfg: TrainConfig, index: int) -> int:
     """The bundle of trial_bundles that hosts env runner `index`."""
-    return 1 + train.learner.num_learners + index
+    return 1 + cfg.learner.num_learners + index
 
 
-def fit_trial(train: TrainConfig, trial_cpus: float, nodes: list[dict]
+def fit_trial(cfg: TrainConfig, trial_cpus: float, nodes: list[dict]
               ) -> tuple[TrainConfig, float, str]:
     """Shrink the default CPU reservations of one trial (trial process, learners, runners: those
     still at their defaults, all by one factor) until its placement group fits the largest
@@ -237,23 +237,23 @@ def fit_trial(train: TrainConfig, trial_cpus: float, nodes: list[dict]
     says so. A pure function of the config and ray.nodes()-shaped records, so `distppo plan`
     can call it without Ray. GPUs are never shrunk."""
     alive = [n["Resources"] for n in nodes if n.get("Alive")]
-    bundles = trial_bundles(train, trial_cpus)
+    bundles = trial_bundles(cfg, trial_cpus)
     need = sum(b.get("CPU", 0.0) for b in bundles)
     gpu_need = sum(b.get("GPU", 0.0) for b in bundles)
     hosts = [res for res in alive if res.get("GPU", 0.0) >= gpu_need - 1e-9]
     have = max((res.get("CPU", 0.0) for res in hosts), default=0.0)
     if not hosts or need <= have + 1e-9:
-        return train, trial_cpus, ""
-    shrunk, new_trial_cpus, parts = scale_reservations(train, trial_cpus, have)
+        return cfg, trial_cpus, ""
+    shrunk, new_trial_cpus, parts = scale_reservations(cfg, trial_cpus, have)
     if not parts:
-        return train, trial_cpus, ""
+        return cfg, trial_cpus, ""
     after = sum(b.get("CPU", 0.0) for b in trial_bundles(shrunk, new_trial_cpus))
     return shrunk, new_trial_cpus, (
         f"each trial asks for {need:g} CPU but the largest node has {have:g}: its default "
         f"reservations shrink to {parts} CPU (trial total {after:g})")
 
 
-def scale_reservations(train: TrainConfig, trial_cpus: float, target: float,
+def scale_reservations(cfg: TrainConfig, trial_cpus: float, target: float,
                        fill: bool = False) -> tuple[TrainConfig, float, str]:
     """The trial's default CPU reservations (trial process, learners, runners: those still at
     their defaults) scaled by one factor, up or down, so that its placement group reserves
@@ -261,18 +261,18 @@ def scale_reservations(train: TrainConfig, trial_cpus: float, target: float,
     trial cpus, the new defaults as text, or "" when none could change). `fill`: the trial
     process (at its default) also takes what rounding down left, so the group reserves `target`
     exactly and its threads fill it."""
-    r, lr = train.runner, train.learner
+    r, lcfg = cfg.runner, cfg.learner
     default = {"trial": _default(SweepConfig, "trial_cpus"),
                "runner": _default(type(r), "runner_cpus"),
-               "learner": _default(type(lr), "learner_cpus")}
-    counts = {"trial": 1, "runner": 0 if train.local else runner_count(train),
-              "learner": 0 if train.local else lr.num_learners}
-    given = {"trial": trial_cpus, "runner": r.runner_cpus, "learner": lr.learner_cpus}
+               "learner": _default(type(lcfg), "learner_cpus")}
+    counts = {"trial": 1, "runner": 0 if cfg.local else runner_count(cfg),
+              "learner": 0 if cfg.local else lcfg.num_learners}
+    given = {"trial": trial_cpus, "runner": r.runner_cpus, "learner": lcfg.learner_cpus}
     free = [k for k in given if given[k] == default[k] and counts[k]]
     fixed = sum(given[k] * counts[k] for k in given if k not in free)
     shrinkable = sum(given[k] * counts[k] for k in free)
     if not free or target - fixed <= 0:
-        return train, trial_cpus, ""
+        return cfg, trial_cpus, ""
     scale = (target - fixed) / shrinkable
     # two decimals, rounded down, so the scaled bundles never add up to more than the target
     new = {k: max(0.01, math.floor(v * scale * 100 + 1e-6) / 100) if k in free else v
@@ -281,8 +281,8 @@ def scale_reservations(train: TrainConfig, trial_cpus: float, target: float,
         rest = sum(new[k] * counts[k] for k in ("runner", "learner"))
         new["trial"] = math.floor((target - rest) * 100 + 1e-6) / 100
     scaled = dataclasses.replace(
-        train, runner=dataclasses.replace(r, runner_cpus=new["runner"]),
-        learner=dataclasses.replace(lr, learner_cpus=new["learner"]))
+        cfg, runner=dataclasses.replace(r, runner_cpus=new["runner"]),
+        learner=dataclasses.replace(lcfg, learner_cpus=new["learner"]))
     parts = ", ".join(f"{k} {new[k]:g}" for k in ("trial", "learner", "runner") if k in free)
     return scaled, new["trial"], parts
 
@@ -294,15 +294,15 @@ CPUS_PER_GPU_TRIAL = CPUS_PER_AUTO_RUNNER
 TRIALS_PER_GPU = 4
 
 
-def learners_use_gpus(train: TrainConfig, node_gpus: float) -> bool:
+def learners_use_gpus(cfg: TrainConfig, node_gpus: float) -> bool:
     """Whether a trial's learners take GPUs on a node with `node_gpus`: learner_gpus given > 0,
     or auto with a GPU there and CUDA allowed (not --device cpu or --no-cuda)."""
-    lr = train.learner
+    lcfg = cfg.learner
     if node_gpus <= 0:
         return False
-    if lr.learner_gpus != "auto":
-        return lr.learner_gpus > 0
-    return lr.device != "cpu" and lr.cuda
+    if lcfg.learner_gpus != "auto":
+        return lcfg.learner_gpus > 0
+    return lcfg.device != "cpu" and lcfg.cuda
 
 
 def auto_trials_per_node(node_cpus: float, node_gpus: float) -> int:
@@ -322,7 +322,7 @@ def largest_node(nodes: list[dict]) -> dict:
     return max(alive, key=lambda res: (res.get("GPU", 0.0), res.get("CPU", 0.0)), default={})
 
 
-def pack_node(train: TrainConfig, trial_cpus: float, node: dict, asked: int | str
+def pack_node(cfg: TrainConfig, trial_cpus: float, node: dict, asked: int | str
               ) -> tuple[TrainConfig, float, str] | None:
     """A trial's config and CPUs when `asked` (--trials-per-node) trials share `node` evenly:
     auto packs only a node whose GPUs the learners use and that holds the trials (None
@@ -331,22 +331,22 @@ def pack_node(train: TrainConfig, trial_cpus: float, node: dict, asked: int | st
     reservations grow or shrink to the node's CPUs / trials. Returns (config, trial cpus, a
     sentence saying so)."""
     cpus, gpus = node.get("CPU", 0.0), node.get("GPU", 0.0)
-    on_gpu = learners_use_gpus(train, gpus)
+    on_gpu = learners_use_gpus(cfg, gpus)
     if asked == "auto" and not on_gpu:
         return None
-    lr = train.learner
+    lcfg = cfg.learner
     if asked != "auto":
         k = int(asked)
-    elif lr.learner_gpus == "auto":
+    elif lcfg.learner_gpus == "auto":
         k = auto_trials_per_node(cpus, gpus)
     else:  # learner GPUs given: no more trials than the node's GPUs hold
         k = max(1, min(auto_trials_per_node(cpus, gpus),
-                       int(gpus / (lr.learner_gpus * lr.num_learners) + 1e-9)))
-    if lr.learner_gpus == "auto":
+                       int(gpus / (lcfg.learner_gpus * lcfg.num_learners) + 1e-9)))
+    if lcfg.learner_gpus == "auto":
         share = math.floor(gpus / k * 10_000) / 10_000 if on_gpu else 0.0
-        train = resolve_gpus(train, share * train.learner.num_learners)
-    train, trial_cpus, _ = scale_reservations(train, trial_cpus, cpus / k, fill=True)
-    bundles = trial_bundles(train, trial_cpus)
+        cfg = resolve_gpus(cfg, share * cfg.learner.num_learners)
+    cfg, trial_cpus, _ = scale_reservations(cfg, trial_cpus, cpus / k, fill=True)
+    bundles = trial_bundles(cfg, trial_cpus)
     need = {key: sum(b.get(key, 0.0) for b in bundles) for key in ("CPU", "GPU")}
     if trials_per_node(bundles, node) < k:
         if asked == "auto":  # reservations set beyond the node: check_fits says which
@@ -356,7 +356,7 @@ def pack_node(train: TrainConfig, trial_cpus: float, node: dict, asked: int | st
             f"{need['GPU']:g} GPU, so a node of {cpus:g} CPU + {gpus:g} GPU holds only "
             f"{trials_per_node(bundles, node)}: lower --trials-per-node or the reservations "
             "you set (--learner-gpus, --runner-cpus, --learner-cpus, --trial-cpus)")
-    return train, trial_cpus, (
+    return cfg, trial_cpus, (
         f"a node of {cpus:g} CPU + {gpus:g} GPU runs {k} trial{'s' * (k != 1)} at once "
         f"(--trials-per-node {asked}): each reserves {need['CPU']:g} CPU + {need['GPU']:g} GPU")
 
@@ -404,13 +404,14 @@ def fit_sweep(cfg: SweepConfig, nodes: list[dict], cluster_gpus: float
     `distppo sweep` calls it with the live cluster, `distppo plan` with the planned one."""
     # a trial's runners are part of the reservation the sweep packs by: auto is 1 runner there
     # (one per learner where the learners act)
-    train = resolve_runners(resolve_act_in(cfg.train, largest_node(nodes).get("GPU", 0.0)), 0.0)
-    packed = pack_node(train, cfg.trial_cpus, largest_node(nodes), cfg.trials_per_node)
+    node_gpus = largest_node(nodes).get("GPU", 0.0)
+    trial_cfg = resolve_runners(resolve_act_in(cfg.train, node_gpus), 0.0)
+    packed = pack_node(trial_cfg, cfg.trial_cpus, largest_node(nodes), cfg.trials_per_node)
     if packed is not None:
-        train, trial_cpus, said = packed
+        trial_cfg, trial_cpus, said = packed
     else:
-        train, trial_cpus, said = fit_trial(resolve_gpus(train, cluster_gpus), cfg.trial_cpus,
-                                            nodes)
-    if train.local and train.runner.num_threads == "auto":
-        train = train.replace(num_threads=max(1, round(trial_cpus)))
-    return dataclasses.replace(cfg, train=train, trial_cpus=trial_cpus), said
+        trial_cfg, trial_cpus, said = fit_trial(resolve_gpus(trial_cfg, cluster_gpus),
+                                                cfg.trial_cpus, nodes)
+    if trial_cfg.local and trial_cfg.runner.num_threads == "auto":
+        trial_cfg = trial_cfg.replace(num_threads=max(1, round(trial_cpus)))
+    return dataclasses.replace(cfg, train=trial_cfg, trial_cpus=trial_cpus), said

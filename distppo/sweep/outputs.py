@@ -103,10 +103,16 @@ class TrialFiles:
                    final_envpool_return=_null_if_nan(last["envpool_avg_return_last100"]),
                    final_xla_return=_null_if_nan(last["xla_avg_return_last100"]),
                    episodes=int(pc.sum(metrics["episodes"]).as_py()),
-                   node=record.get("node", ""), gpu_name=record.get("gpu_name", ""),
+                   node=record.get("node", ""), gpu_name=gpu_name(run, record),
                    versions=json.dumps(run.get("versions", {}), sort_keys=True),
                    git_commit=run.get("git_commit") or "")
         return row
+
+
+def gpu_name(run: dict, record: dict) -> str:
+    """Learner 0's GPU as the copy's config.json observed it; older copies kept it in
+    trial.json."""
+    return run.get("observed", {}).get("gpu_name", record.get("gpu_name", ""))
 
 
 def _null_if_nan(value) -> Optional[float]:

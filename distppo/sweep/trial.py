@@ -10,7 +10,6 @@ a restarted trial can land on any node, and the driver consolidates the outputs 
 """
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import platform
@@ -32,7 +31,6 @@ from distppo.errors import UserError
 from distppo.sweep.layout import POINTER_JSON
 from distppo.sweep.lease import Fence
 from distppo.sweep.storage import SweepStorage
-from distppo.telemetry.faultlog import OnFault
 
 
 def run_trial(config: dict, sweep: SweepConfig, fence: Optional[Fence] = None) -> None:
@@ -59,7 +57,7 @@ def run_trial(config: dict, sweep: SweepConfig, fence: Optional[Fence] = None) -
             return  # a finished trial requeued by a resume whose Tune state predates its end
         record["resumed_from"].append(record["iteration"])
     reporter = _Reporter(cfg, storage, run_dir, record, started, fence)
-    train(cfg.replace(output_dir=workdir), reporter.runtime_factory,
+    train(cfg.replace(output_dir=workdir), make_runtime,
           resume=run_dir if latest else None, progress=False,
           on_iteration=reporter.on_iteration, fault_log=storage.fault_log(cfg.run_name))
 
@@ -96,12 +94,6 @@ class _Reporter:
         self.cfg, self.storage, self.run_dir, self.record = cfg, storage, run_dir, record
         self.fence = fence
         self.started, self.prior_elapsed = started, record["elapsed_s"]
-        self.runtime = None
-
-    def runtime_factory(self, run_cfg: TrainConfig, video_dir: Optional[str],
-                        on_fault: Optional[OnFault] = None):
-        self.runtime = make_runtime(run_cfg, video_dir, on_fault)
-        return self.runtime
 
     def on_iteration(self, row: dict, ckpt_path: Optional[str]) -> None:
         metrics = dict(row, trial_id=self.cfg.run_name,
@@ -109,10 +101,7 @@ class _Reporter:
         if ckpt_path is None:
             tune.report(metrics)
             return
-        record = self.record
-        info = self.runtime.describe()
-        record.update(gpu_name=info.gpu_name, actors_in_trial_group=info.in_placement_group,
-                      runtime=dataclasses.asdict(info))
+        record = self.record  # what runs where: the copy's config.json (placement, observed)
         record.update(iteration=row["iteration"], elapsed_s=metrics["trial_elapsed_s"],
                       node=platform.node(), finished=row["iteration"] == self.cfg.num_iterations)
         _prune_checkpoints(self.run_dir, keep=ckpt_path)

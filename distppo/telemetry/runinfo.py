@@ -1,7 +1,6 @@
 """What every run records about itself: config, git commit, library versions (DESIGN 4.10)."""
 from __future__ import annotations
 
-import dataclasses
 import importlib.metadata
 import json
 import os
@@ -55,12 +54,13 @@ def write_config_json(path: str, cfg: TrainConfig, run_id: str) -> None:
     _write(path, record)
 
 
-def record_placement(path: str, info) -> None:
-    """config.json gets `placement`: what runs where, every auto a number as resolve() made it
-    (placement/resolve.py) and the actors applied it, from core/runtime.py's RuntimeInfo."""
+def record_start(path: str, placement: dict, observed: dict) -> None:
+    """config.json gets, at every start of the run's process (a resume may run elsewhere),
+    `placement`: every number resolve() made of the config, once (placement/resolve.py
+    Placement.record), and `observed`: what the processes found (core/runtime.py Observed)."""
     with open(path) as f:
         record = json.load(f)
-    record["placement"] = dataclasses.asdict(info)
+    record.update(placement=placement, observed=observed)
     _write(path, record)
 
 

@@ -5,7 +5,8 @@ readers (`--resume`, `distppo eval`, `status`, `report`, the sweep's outputs), s
 named in one place. Ray-free and torch-free (sweep/layout.py names a sweep's files the same way).
 
     <output_dir>/<run_name>/
-        config.json                 the resolved TrainConfig, run_id, placement, versions
+        config.json                 the TrainConfig as given, run_id, placement (what
+                                    resolve() made of it), observed, versions
         metrics.parquet             every iteration row up to the last flush
         metrics.tail.jsonl          the rows since that flush (telemetry/parquet.py)
         checkpoints/ckpt_<iteration:06d>.pt

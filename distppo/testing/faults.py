@@ -5,7 +5,8 @@ call into (Ray actors, Tune trials): `distributed/connect.py` forwards every `DI
 variable of the driver to the Ray job's workers. With none set, every hook here is a no-op
 that returns its input.
 
-- DISTPPO_FAULT_ENV_STEP=N: vector envs raise at their N-th step, as a broken ROM would.
+- DISTPPO_FAULT_ENV_STEP=N: vector envs raise at their N-th step, as a broken ROM would; 0:
+  as they are built, as a missing ROM would.
 - DISTPPO_FAULT_ITERATION=N: a training run raises once at iteration N, before that iteration
   is checkpointed or written; "once" is remembered by a marker file beside the run folder, so
   a run restarted in the same output folder (a Tune trial retry) goes past it.
@@ -61,6 +62,9 @@ def forwarded_env() -> dict[str, str]:
 def wrap_env(env):
     """The env itself, or (DISTPPO_FAULT_ENV_STEP set) a wrapper that raises at that step."""
     at = os.environ.get(ENV_STEP)
+    if at == "0":
+        env.close()
+        raise RuntimeError(f"emulator error injected as the envs were built ({ENV_STEP}=0)")
     return FaultAfter(env, int(at)) if at else env
 
 

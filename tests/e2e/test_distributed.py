@@ -373,6 +373,26 @@ def test_env_error_in_runner_is_one_clear_line(ray_cluster, tmp_path):
     assert "env runner 0 (Breakout-v5, envpool)" in errors[0] and "emulator error" in errors[0]
 
 
+@pytest.mark.parametrize("act_in,who", [
+    ("runners", "env runner 0 (CartPole-v1, gym) could not create its envs"),
+    ("learner", "the envs of learner 0 could not be built")])
+def test_envs_that_cannot_be_built_are_one_clear_line(ray_cluster, tmp_path, act_in, who):
+    """An actor's constructor that cannot build its envs: its error comes back as the EnvError
+    it is (started()), named in one line, whichever process builds the envs."""
+    env = dict(os.environ, DISTPPO_FAULT_ENV_STEP="0")  # forwarded to the job's workers
+    proc = subprocess.run(
+        [sys.executable, "-m", "distppo", "train", "--env-id", "CartPole-v1", "--backend", "gym",
+         "--num-envs", "2", "--num-steps", "16", "--num-minibatches", "2",
+         "--total-timesteps", "64", "--act-in", act_in, "--output-dir", str(tmp_path)],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    errors = [line for line in proc.stderr.splitlines()
+              if line.startswith("distppo train: error:")]
+    assert len(errors) == 1 and "Traceback" not in proc.stderr.split(errors[0])[1]
+    assert who in errors[0], errors[0]
+    assert "RuntimeError: emulator error injected as the envs were built" in errors[0]
+
+
 def _session(sid):
     """Live processes of session `sid` (a driver started with start_new_session leads one, and
     everything it starts stays in it: Ray's daemons, agents and workers)."""

@@ -313,8 +313,8 @@ def test_learner_takes_the_runners_cores_once_the_rollout_is_in(ray_cluster):
         # resolve() on a 2-CPU node: 1 thread of its own, 2 once the runners have delivered
         placed = resolve(cfg, ClusterFacts(cpus=2))
         assert placed.threads == Threads(1, 1, handover=2) and placed.grad_shards == 2
-        learner = Learner(placed.config, (4,), 2, threads=1, handover=2)
-        assert learner.handover == 2 and learner.device()[2:] == (1, 2, learner.malloc_reuse)
+        learner = Learner(placed.config, (4,), 2, part=placed.learner)
+        assert (learner.part.threads, learner.part.handover) == (1, 2)
         assert learner.core.shards.plan.count == 2
         pool, seen = learner.core.shards, []
         run_slice = pool._on_threads
@@ -360,7 +360,7 @@ SMALL = ["--env-id", "CartPole-v1", "--backend", "gym", "--num-envs", "4", "--nu
 def _placement(tmp_path, name):
     record = json.loads((tmp_path / name / "config.json").read_text())
     rows = pd.read_parquet(tmp_path / name / "metrics.parquet")
-    return record["placement"], rows
+    return record, rows
 
 
 def test_local_run_says_and_records_its_threads(tmp_path):
@@ -371,11 +371,12 @@ def test_local_run_says_and_records_its_threads(tmp_path):
     said, first = proc.stdout.splitlines()[:2]  # the experiment first, then where it runs
     assert said == "experiment: CleanRL's ppo.py: CartPole-v1, ppo on gym (gymnasium)", said
     assert first.startswith("local: ") and f"{cores()} torch thread(s)" in first, first
-    placement, rows = _placement(tmp_path, "l")
-    assert placement["learner_threads"] == cores() and placement["learner_device"] == "cpu"
+    record, rows = _placement(tmp_path, "l")
+    placement, seen = record["placement"], record["observed"]
+    assert placement["learner_threads"] == cores() and seen["learner_device"] == "cpu"
     assert rows["learner_threads"].tolist() == [cores()] * 2
     assert rows["runner_threads"].tolist() == [cores()] * 2
-    assert placement["malloc_reuse"] is True  # the default, applied in this process (glibc)
+    assert seen["reuses_freed_memory"] is True  # the default, applied in this process (glibc)
 
 
 def test_ray_run_says_and_records_its_threads(ray_cluster, tmp_path):
@@ -389,10 +390,13 @@ def test_ray_run_says_and_records_its_threads(ray_cluster, tmp_path):
     want = Threads(min(3, cores()), 1)
     assert f"1 learner(s) on cpu, {want.learner} thread(s) each" in first, first
     assert f"1 env runner(s) on 1 node(s), cpu, {want.runner} thread(s) each" in first, first
-    placement, rows = _placement(tmp_path, "r")
-    assert (placement["learner_threads"], placement["runner_threads"]) == (want.learner, 1)
+    record, rows = _placement(tmp_path, "r")
+    placement, seen = record["placement"], record["observed"]
+    # resolve()'s numbers from the declared CPUs, and the cores each process found
+    assert (placement["learner_threads"], placement["runner_threads"]) == (3, 1)
+    assert (seen["learner_cores"], seen["runner_cores"]) == (cores(), cores())
     assert rows["learner_threads"].tolist() == [want.learner] * 2
-    assert placement["malloc_reuse"] is True  # applied in the learner and the runner actors
+    assert seen["reuses_freed_memory"] is True  # applied in the learner and the runner actors
 
 
 @pytest.mark.serial  # a handover needs 2 cores; a parallel-pass worker owns half
@@ -419,8 +423,11 @@ def test_overlap_handover_gives_the_same_numbers_at_every_run(ray_cluster, tmp_p
                     "delivered), gradients in 2 slices;") in first, first
         placements[name], rows = _placement(tmp_path, name)
         losses[name] = rows[["policy_loss", "value_loss", "entropy", "approx_kl"]].to_numpy()
-    assert placements["a"]["learner_handover_threads"] == want
-    assert placements["a"]["grad_shards"] == 2
+    # resolve()'s handover from the declared CPUs (the line above: as applied, within the
+    # cores); the slices as given, so not among the numbers resolve() made
+    assert placements["a"]["placement"]["learner_handover_threads"] == RAY_CPUS
+    assert placements["a"]["config"]["learner"]["grad_shards"] == 2
+    assert "grad_shards" not in placements["a"]["placement"]["resolved"]
     assert losses["a"].shape == (4, 4)
     assert (losses["a"] == losses["b"]).all()
 
@@ -467,11 +474,12 @@ def test_declared_gpus_and_cpus_decide_the_learner_device_and_the_runners(gpu_cl
                  "--run-name", "cpu", env=env, timeout=300)
     assert ok.returncode == 0, ok.stderr[-2000:]
     assert json.loads((tmp_path / "cpu" / "config.json").read_text())[
-        "placement"]["learner_device"] == "cpu"
+        "observed"]["learner_device"] == "cpu"
     # --num-env-runners auto on a node of 8 CPUs: 2 runners share the 4 envs, said and recorded
     first = [ln for ln in ok.stdout.splitlines() if ln.startswith("ray: ")][0]
     assert "; 2 env runner(s) on 1 node(s)" in first, first
-    placement, rows = _placement(tmp_path, "cpu")
+    record, rows = _placement(tmp_path, "cpu")
+    assert record["placement"]["resolved"]["num_env_runners"] == 2
     assert rows["num_env_runners"].tolist() == [2, 2]
 
 

@@ -1,19 +1,17 @@
 """What earlier versions wrote keeps loading: a run folder and a sweep kept as test data
 (tests/data/stored/README.md) are resumed, evaluated, reported and read by `status` with
 today's code. Each test works on a copy."""
-import dataclasses
 import json
 import shutil
 from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from distppo.core.runtime import RuntimeInfo
 from distppo.telemetry.parquet import read_rows
 from distppo.telemetry.runinfo import read_config_json
 from distppo.telemetry.runlayout import RunPaths
 
-from helpers import REPO, run_cli
+from helpers import REPO, assert_each_number_once, run_cli
 
 STORED = Path(REPO) / "tests" / "data" / "stored"
 TRIAL = "CartPole-v1__ppo__1"
@@ -27,13 +25,13 @@ def test_stored_run_loads_resumes_and_evaluates(tmp_path):
     run = _copy("run", tmp_path)
     cfg, run_id = read_config_json(str(run))
     assert (cfg.env.env_id, cfg.ppo.total_timesteps, cfg.batch_size) == ("CartPole-v1", 2048, 512)
-    with open(RunPaths(str(run)).config_json) as f:
-        placement = json.load(f)["placement"]
-    assert RuntimeInfo(**placement).num_env_runners == 1  # the recorded placement reads back
-    assert set(placement) == {f.name for f in dataclasses.fields(RuntimeInfo)}
-
     proc = run_cli("train", "--resume", run, "--total-timesteps", 3072, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
+    # the resume's start records where it ran, in place of the stored run's placement record
+    with open(RunPaths(str(run)).config_json) as f:
+        record = json.load(f)
+    assert record["placement"]["resolved"]["num_env_runners"] == 1
+    assert_each_number_once(record)
     rows = read_rows(RunPaths(str(run)).parquet)
     assert [r["iteration"] for r in rows] == [1, 2, 3, 4, 5, 6]
     assert [r["global_step"] for r in rows] == [512 * i for i in range(1, 7)]

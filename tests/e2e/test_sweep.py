@@ -30,6 +30,7 @@ from helpers import (
     TINY,
     LiveCli,
     assert_complete,
+    assert_each_number_once,
     assert_engines_agree,
     assert_points,
     mlflow_metric,
@@ -104,8 +105,11 @@ def test_grid_finishes_with_declared_schemas_and_tracks(ray_cluster, tmp_path, m
         copy = sorted((sweep_dir / "runs" / row["trial_id"]).iterdir())[-1]
         assert copy.name == "000002" and (copy / "checkpoints" / "ckpt_000002.pt").is_file()
         assert {"config.json", "metrics.parquet", "trial.json"} <= {p.name for p in copy.iterdir()}
-        # Runners and learner ran inside the placement group the sweep reserved for the trial.
-        assert json.loads((copy / "trial.json").read_text())["actors_in_trial_group"] is True
+        # Runners and learner ran inside the placement group the sweep reserved for the trial;
+        # config.json and trial.json hold each number of what ran where once
+        record = json.loads((copy / "config.json").read_text())
+        assert record["observed"]["in_placement_group"] is True
+        assert_each_number_once(record, json.loads((copy / "trial.json").read_text()))
 
     # Tracked: one MLflow run per trial in the sweep's experiment, one offline W&B run per
     # trial, each with the trial's rows; the trials did not track themselves

@@ -12,6 +12,7 @@ import pytest
 from distppo.config import SweepConfig, TrainConfig
 from distppo.errors import ConfigError, UserError
 from distppo.placement.resolve import ClusterFacts, Placement, resolve
+from distppo.placement.shards import LearnerSlice, ShardPlan
 from distppo.placement.sizing import (
     Threads,
     auto_trials_per_node,
@@ -275,18 +276,25 @@ def test_threads_record_what_each_process_gets():
     assert resolve(D.replace(local=True), ClusterFacts(16)).threads == Threads(16, 16)
 
 
-def test_a_placement_record_of_an_older_run_still_loads():
-    """config.json's `placement` as runs wrote it before the GPU fields: RuntimeInfo reads it,
-    the fields it lacks at their defaults (status, report and --resume see the same keys)."""
-    from distppo.core.runtime import RuntimeInfo
-    old = {"kind": "ray", "num_env_runners": 1, "num_learners": 1, "learner_device": "cpu",
-           "gpu_name": "", "runner_nodes": 1, "in_placement_group": False,
-           "learner_threads": 1, "runner_threads": 1, "runner_device": "cpu",
-           "malloc_reuse": True, "learner_handover_threads": 2, "grad_shards": 2}
-    info = RuntimeInfo(**old)
-    assert dataclasses.asdict(info).items() >= old.items()
-    assert (info.learner_gpus, info.runner_gpus) == (0.0, 0.0)
-    assert "(2 once the runners have delivered), gradients in 2 slices" in info.summary()
+def test_the_placement_record_holds_each_number_resolve_made_once():
+    """config.json's `placement`: the fields resolve() changed (each auto's number), never a
+    given value again, and the threads; a learner's slice clamped to fewer cores keeps its
+    slice count and shrinks each slice's threads, as shard_plan() sizes them."""
+    given = D.replace(overlap=True, grad_shards="auto")
+    # --overlap on 2 CPUs: a runner of 1, the learner 1 and both once the runners delivered
+    record = resolve(given, ClusterFacts(cpus=2)).record(given)
+    assert record["resolved"] == {"num_env_runners": 1, "grad_shards": 2, "act_in": "runners",
+                                  "learner_gpus": 0.0}, record
+    assert (record["learner_threads"], record["learner_handover_threads"],
+            record["runner_threads"], record["slice_threads"]) == (1, 2, 1, 1)
+    numbers = given.replace(num_env_runners=1, grad_shards=2)
+    assert resolve(numbers, ClusterFacts(cpus=2)).record(numbers)["resolved"] == {
+        "act_in": "runners", "learner_gpus": 0.0}
+    part = LearnerSlice(8, 16, ShardPlan(4, 4))
+    assert part.within(64) == part
+    assert part.within(4) == LearnerSlice(4, 0, ShardPlan(4, 1))
+    assert part.within(6) == LearnerSlice(6, 0, ShardPlan(4, 1))
+    assert LearnerSlice(1, 4, ShardPlan(2, 1)).within(2) == LearnerSlice(1, 2, ShardPlan(2, 1))
 
 
 def _packed(node_cpus: float, node_gpus: float, asked="auto", **train):

@@ -26,7 +26,7 @@ def _run(cfg: TrainConfig, batch: RolloutBatch, threads: int, **update_kw):
     try:
         torch.set_num_threads(1)  # the initial weights too depend on the threads (orthogonal_)
         learner = PPOLearner(cfg, batch.obs.shape[2:], 4, seed=1,
-                             threads=cfg.learner.grad_shards)
+                             shards=ShardPlan(cfg.learner.grad_shards, 1))
         torch.set_num_threads(threads)
         stats = learner.update(batch, iteration=1, **update_kw)
         assert torch.get_num_threads() == threads  # as before the update
@@ -67,7 +67,8 @@ def test_slices_give_the_same_numbers_one_by_one_side_by_side_or_switching(algo,
 
     runs = {"one by one": _run(cfg, batch, threads=1),
             "side by side": _run(cfg, batch, threads=shards),
-            "switching": _run(cfg, batch, threads=1, wide=shards, ready=ready)}
+            "switching": _run(cfg, batch, threads=1, handover_threads=shards,
+                              runners_done=ready)}
     widths = {name: learner.shards.width for name, (_, _, learner) in runs.items()}
     assert widths == {"one by one": 1, "side by side": shards, "switching": shards}
     assert len(calls) == 4  # asked before each group until it said yes, then no more
@@ -81,19 +82,19 @@ def test_slices_give_the_same_numbers_one_by_one_side_by_side_or_switching(algo,
 def test_grad_shards_auto_slices_a_handover_one_slice_per_thread_of_at_least_64_samples():
     cfg = TrainConfig()  # 8 envs x 128 steps, 4 minibatches: 256 samples each
     # --overlap's handover (1 thread of its own, 2 once the runners have delivered)
-    assert shard_plan(cfg, 2, on_cpu=True, own=1) == ShardPlan(2, 1)
+    assert shard_plan(cfg, 2, on_cpu=True, own_threads=1) == ShardPlan(2, 1)
     # 4 slices of 64, never more threads each than the learner's own 2
-    assert shard_plan(cfg, 16, on_cpu=True, own=2) == ShardPlan(4, 2)
+    assert shard_plan(cfg, 16, on_cpu=True, own_threads=2) == ShardPlan(4, 2)
     # no handover (--local, Ray without --overlap, a big node): one pass on every thread
     for threads in (1, 2, 16):
         assert shard_plan(cfg, threads, on_cpu=True) == ShardPlan(1, threads)
-    assert shard_plan(cfg, 2, on_cpu=False, own=1) == ShardPlan(1, 1)  # a GPU: one pass
-    assert shard_plan(cfg.replace(compile=True), 2, on_cpu=True, own=1) == ShardPlan(1, 1)
-    assert shard_plan(cfg.replace(num_steps=16), 2, on_cpu=True, own=1).count == 1  # 32 samples
+    assert shard_plan(cfg, 2, on_cpu=False, own_threads=1) == ShardPlan(1, 1)  # a GPU: one pass
+    assert shard_plan(cfg.replace(compile=True), 2, on_cpu=True, own_threads=1) == ShardPlan(1, 1)
+    assert shard_plan(cfg.replace(num_steps=16), 2, True, own_threads=1).count == 1  # 32 samples
     # two data-parallel learners: each trains on 4 envs, minibatches of 128
-    assert shard_plan(cfg.replace(num_learners=2), 4, on_cpu=True, own=1) == ShardPlan(2, 1)
+    assert shard_plan(cfg.replace(num_learners=2), 4, on_cpu=True, own_threads=1) == ShardPlan(2, 1)
     # PPO-LSTM: whole envs, 2 per minibatch
-    assert shard_plan(cfg.replace(algo="ppo_lstm"), 4, on_cpu=True, own=2) == ShardPlan(2, 2)
+    assert shard_plan(cfg.replace(algo="ppo_lstm"), 4, True, own_threads=2) == ShardPlan(2, 2)
     # a number is taken as given, at most one slice per sample (PPO-LSTM: per env)
     given = cfg.replace(grad_shards=3)
     assert shard_plan(given, 2, on_cpu=True) == ShardPlan(3, 1)
@@ -101,8 +102,8 @@ def test_grad_shards_auto_slices_a_handover_one_slice_per_thread_of_at_least_64_
     assert shard_plan(given, 2, on_cpu=False) == ShardPlan(1, 2)  # a GPU: one pass, always
     # --overlap's handover (1 thread of its own, 4 once the runners have delivered): a slice
     # never takes more threads than the learner has before the runners deliver
-    assert shard_plan(cfg.replace(grad_shards=2), 4, on_cpu=True, own=1) == ShardPlan(2, 1)
-    assert shard_plan(cfg.replace(algo="ppo_lstm"), 4, on_cpu=True, own=1) == ShardPlan(2, 1)
+    assert shard_plan(cfg.replace(grad_shards=2), 4, on_cpu=True, own_threads=1) == ShardPlan(2, 1)
+    assert shard_plan(cfg.replace(algo="ppo_lstm"), 4, True, own_threads=1) == ShardPlan(2, 1)
 
 
 def test_grad_shards_parse_and_refuse_bad_values():
