@@ -157,7 +157,10 @@ class SweepCallback(tune.Callback):
 
     def on_trial_start(self, iteration, trials, trial, **info):
         self._failures_at_start[trial.trial_id] = trial.num_failures
-        self._preempted.discard(trial.trial_id)
+        if trial.trial_id in self._preempted:  # trials.parquet says preempted: no longer
+            self._preempted.discard(trial.trial_id)
+            self._guarded("a trial start", lambda: self._write(
+                trials, {trial.trial_id: "RUNNING"}, iterations=False))
 
     def on_trial_recover(self, iteration, trials, trial, **info):
         # Logged now: Tune's own count (num_failures) lives in its state snapshot, which a
