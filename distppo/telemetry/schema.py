@@ -241,3 +241,7 @@ TRIAL_COLUMNS: tuple[Column, ...] = (
            "uncommitted changes); empty when unknown"),
 )
 TRIAL_SCHEMA = arrow_schema(TRIAL_COLUMNS)
+# trials.parquet columns added after sweeps were written without them: the report reads such a
+# file and says "unknown" for what the column would tell (a sweep that did not count
+# preemptions apart counted them as restarts).
+TRIAL_ADDED_LATER = ("preemptions",)
