@@ -106,9 +106,10 @@ def test_preempted_trial_resumes_uncounted_and_a_lost_node_still_fails_it(tmp_pa
         log.close()
         cluster.shutdown()
     assert proc.returncode == 3, out()  # trials that failed for good
-    # Ray's own account of the first death, which Tune did not count
-    assert "the actor's node was preempted: spot instance preempted (test)" in \
-        (tmp_path / "driver.log").read_text()
+    # Ray's own account of the first death, which Tune did not count; the summary line's
+    text = (tmp_path / "driver.log").read_text()
+    assert "the actor's node was preempted: spot instance preempted (test)" in text
+    assert "sweep spot: 0/1 done, 0 running, 0 pending, 0 failed, 1 preempted |" in text
     row = trials_row(sweep)
     assert (row["status"], row["restarts"], row["preemptions"]) == ("failed", 0, 1), row
     status = read_status(str(sweep))
