@@ -40,7 +40,7 @@ def trial_state(tune_status: Optional[str], finished: bool, iteration: int,
     tune_status: Tune's status of the trial (None: Tune has no record of it yet); finished:
     its newest complete run copy says so; iteration: the last iteration its rows reach (0 =
     none); alive: a driver is running the sweep now; preempted: the last restart logged for it
-    is a preemption (last_restart_kind)."""
+    is a preemption (last_restart_preempted)."""
     if finished or (tune_status == "TERMINATED" and iteration >= num_iterations):
         return "done"
     if tune_status == "ERROR":
