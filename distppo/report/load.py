@@ -40,8 +40,8 @@ TRIAL_COLUMNS = ("trial_id", "env_id", "algo", "backend", "seed", "total_timeste
 ITERATION_COLUMNS = ("trial_id", "env_id", "algo", "seed", "global_step", "wall_clock_s",
                      "episodic_return_last100")
 # Read when present; the report says "unknown" for what they would have told it.
-OPTIONAL_TRIAL_COLUMNS = ("sps_mean", "episodes", "restarts", "node", "gpu_name", "git_commit",
-                          "final_envpool_return", "final_xla_return")
+OPTIONAL_TRIAL_COLUMNS = ("sps_mean", "episodes", "restarts", "preemptions", "node", "gpu_name",
+                          "git_commit", "final_envpool_return", "final_xla_return")
 OPTIONAL_ITERATION_COLUMNS = ("backend", "num_learners")
 # The status of a finished trial in trials.parquet (sweep/states.py STATES); every other
 # status makes the cell missing, with that status.

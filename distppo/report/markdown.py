@@ -201,6 +201,8 @@ def _overview(report: dict) -> str:
                           f"({s['missing_cells']} missing)"],
         ["trial statuses", ", ".join(f"{k}: {v}" for k, v in s["status_counts"].items())],
         ["trial restarts", NONE if s["restarts"] is None else str(s["restarts"])],
+        ["trial preemptions (not failures)",
+         NONE if s["preemptions"] is None else str(s["preemptions"])],
         ["total trial time", _hours(s["trial_hours"]) + " (sum of trial wall-clock)"],
         ["total GPU-hours", gpu],
         ["sweep wall-clock", (_hours(s["sweep_wall_clock_hours"])

@@ -96,6 +96,7 @@ def meta(sweep: Sweep) -> dict:
         "any_gpu": bool((runs["gpus"] > 0).any()),
         "sweep_wall_clock_hours": num(sweep.span_s / 3600.0),
         "restarts": int(runs["restarts"].sum()) if "restarts" in runs else None,
+        "preemptions": int(runs["preemptions"].sum()) if "preemptions" in runs else None,
         "nodes": _distinct(runs, "node"), "gpu_names": _distinct(runs, "gpu_name"),
         "git_commits": _distinct(runs, "git_commit"),
     }

@@ -30,7 +30,7 @@ from distppo.placement.sizing import check_fits, fit_sweep, trial_bundles
 from distppo.sweep import lease as sweep_lease
 from distppo.sweep.layout import ITERATIONS_FILE, SWEEP_JSON, TRIALS_FILE, TUNER_STATE, first_line
 from distppo.sweep.outputs import trial_files, write_iterations, write_trials
-from distppo.sweep.states import trial_state
+from distppo.sweep.states import PREEMPTION, restart_kind, trial_state
 from distppo.sweep.storage import SweepStorage
 from distppo.sweep.tracking import tracking_callbacks
 from distppo.sweep.trial import run_trial
@@ -59,10 +59,11 @@ def _trial_name(trial) -> str:
 
 
 def summary_line(name: str, sweep: SweepConfig, trials: list,
-                 statuses: Optional[dict] = None) -> str:
+                 statuses: Optional[dict] = None, preempted: frozenset = frozenset()) -> str:
     """done / running / pending / failed over the whole grid (Tune creates trials lazily), and
     an ETA: the steps left over the running trials' summed measured SPS. `statuses`
-    ({trial_id: status}) overrides Tune's, as trials.parquet has them at the end."""
+    ({trial_id: status}) overrides Tune's, as trials.parquet has them at the end; `preempted`:
+    Tune ids of the trials whose last restart followed a preemption."""
     by_id = {_trial_name(t): t for t in trials}
     total_steps = sweep.train.ppo.total_timesteps
     counts: Counter = Counter()
@@ -74,7 +75,8 @@ def summary_line(name: str, sweep: SweepConfig, trials: list,
         # While the sweep runs, Tune says TERMINATED only of a trial whose run returned: done
         status = (statuses or {}).get(tid) or trial_state(
             t.status if t else None, t is not None and t.status == "TERMINATED",
-            int(result.get("iteration", 0)), sweep.train.num_iterations, alive=True)
+            int(result.get("iteration", 0)), sweep.train.num_iterations, alive=True,
+            preempted=t is not None and t.trial_id in preempted)
         counts[status] += 1
         if status in ("done", "failed"):
             continue
@@ -82,7 +84,7 @@ def summary_line(name: str, sweep: SweepConfig, trials: list,
         if status == "running":
             sps += float(result.get("sps", 0.0))
     eta = remaining / sps if sps > 0 else math.nan
-    stopped = f", {counts['stopped']} stopped" if counts["stopped"] else ""
+    stopped = "".join(f", {counts[s]} {s}" for s in ("stopped", "preempted") if counts[s])
     return (f"sweep {name}: {counts['done']}/{sum(counts.values())} done, {counts['running']} "
             f"running, {counts['pending']} pending, {counts['failed']} failed{stopped} | "
             f"{sps:,.0f} SPS | ETA {format_eta(eta)}")
@@ -109,6 +111,10 @@ class SweepCallback(tune.Callback):
         self._last_line, self._last_time = "", 0.0
         self._dirty, self._written = False, 0.0
         self._statuses: Optional[dict] = None  # trials.parquet's, as last written
+        # Tune's failure count of each trial as its attempt started, and the trials whose last
+        # restart followed a preemption (sweep/states.py restart_kind)
+        self._failures_at_start: dict = {}
+        self._preempted: set = set()
         self.errors = 0
 
     def __getstate__(self) -> dict:
@@ -149,11 +155,24 @@ class SweepCallback(tune.Callback):
     def on_trial_complete(self, iteration, trials, trial, **info):
         self._guarded("trial end", lambda: self._write(trials, {trial.trial_id: "TERMINATED"}))
 
+    def on_trial_start(self, iteration, trials, trial, **info):
+        self._failures_at_start[trial.trial_id] = trial.num_failures
+        if trial.trial_id in self._preempted:  # trials.parquet says preempted: no longer
+            self._preempted.discard(trial.trial_id)
+            self._guarded("a trial start", lambda: self._write(
+                trials, {trial.trial_id: "RUNNING"}, iterations=False))
+
     def on_trial_recover(self, iteration, trials, trial, **info):
         # Logged now: Tune's own count (num_failures) lives in its state snapshot, which a
         # driver killed before the next snapshot loses (docs/reliability.md, Counts).
+        kind = restart_kind(self._failures_at_start.get(trial.trial_id), trial.num_failures)
+        why = "Ray preempted its node" if kind == PREEMPTION else "a failure"
         self._guarded("a trial restart", lambda: self.storage.fault_log(_trial_name(trial)).add(
-            "trial_restarts", 1, f"Tune restarts {trial.trial_id} after a failure"))
+            kind, 1, f"Tune restarts {trial.trial_id} after {why}"))
+        if kind == PREEMPTION:
+            # shown as preempted at once: it may wait long for a node on a spot cluster
+            self._preempted.add(trial.trial_id)
+            self._guarded("a trial preemption", lambda: self._write(trials, iterations=False))
 
     def on_trial_error(self, iteration, trials, trial, **info):
         self._guarded("trial error", lambda: self._write(trials, {trial.trial_id: "ERROR"}))
@@ -173,7 +192,7 @@ class SweepCallback(tune.Callback):
     def _summary(self, trials: list, force: bool = False,
                  statuses: Optional[dict] = None) -> None:
         """A line when a trial changes state, and every SUMMARY_EVERY_S in between."""
-        line = summary_line(self.name, self.sweep, trials, statuses)
+        line = summary_line(self.name, self.sweep, trials, statuses, frozenset(self._preempted))
         if self.errors:
             line += f" | {self.errors} output update(s) failed"
         changed = line.split(" | ")[0] != self._last_line.split(" | ")[0]

@@ -19,7 +19,13 @@ import pyarrow.parquet as pq
 
 from distppo.config import SweepConfig, trial_id
 from distppo.sweep.layout import ITERATIONS_FILE, TRIALS_FILE, first_line
-from distppo.sweep.states import trial_restarts, trial_state
+from distppo.sweep.states import (
+    PREEMPTION,
+    RESTART,
+    last_restart_preempted,
+    trial_restarts,
+    trial_state,
+)
 from distppo.sweep.storage import SweepStorage
 from distppo.telemetry.runlayout import CONFIG_JSON, METRICS
 from distppo.telemetry.schema import SWEEP_ITERATION_SCHEMA, TRIAL_SCHEMA
@@ -39,15 +45,16 @@ class TrialFiles:
         self.sweep, (self.env_id, self.algo, self.seed) = sweep, point
         self.trial_id = trial_id(*point)
         self.storage, self._latest = storage, False
+        logged, newest_fault = storage.fault_log(self.trial_id).tally()
         if state is None:
             newest = storage.latest_run_copy(self.trial_id)
             record = newest[1] if newest else {}
             state = trial_state(tune_status, bool(record.get("finished")),
                                 int(record.get("iteration", 0)), sweep.train.num_iterations,
-                                alive)
+                                alive, last_restart_preempted(newest_fault))
         self.status = state
-        self.restarts = trial_restarts(
-            tune_status, num_failures, storage.fault_log(self.trial_id).counts()["trial_restarts"])
+        self.restarts = trial_restarts(tune_status, num_failures, logged[RESTART])
+        self.preemptions = logged[PREEMPTION]
 
     @property
     def latest(self) -> Optional[tuple[str, dict]]:
@@ -91,6 +98,7 @@ class TrialFiles:
                "global_step": 0, "wall_clock_minutes": None, "sps_mean": None,
                "final_episodic_return": None, "final_envpool_return": None,
                "final_xla_return": None, "episodes": 0, "restarts": self.restarts,
+               "preemptions": self.preemptions,
                "node": "", "gpu_name": "", "versions": "{}", "git_commit": ""}
         metrics = self.metrics()
         if metrics is None or metrics.num_rows == 0:

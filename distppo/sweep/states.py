@@ -3,18 +3,22 @@ the driver's summary line apply, so the report (which reads trials.parquet) agre
 
 It decides from plain facts its callers read from the sweep's files or from Tune's live trial
 objects: Tune's status of the trial, whether its newest complete run copy says finished, how
-far its rows reach, whether a driver is alive, and the restarts the fault log counted.
+far its rows reach, whether a driver is alive, and the restarts and preemptions the fault log
+counted.
 Ray-free, so `distppo status` needs no Ray. docs/sweeps.md (State rules) shows RULES.
 """
 from __future__ import annotations
 
 from typing import Optional
 
-STATES = ("done", "running", "pending", "failed", "stopped")
+STATES = ("done", "running", "pending", "failed", "stopped", "preempted")
 RULES = (
     "done: its newest complete run copy says finished (or Tune says TERMINATED and its rows "
     "reach the last iteration)",
     "failed: Tune's experiment state says ERROR (out of restarts), and no finished copy",
+    "preempted: Ray preempted its node (drained with the preemption reason, then gone) and Tune "
+    "has not started it again yet (PENDING), while the driver is alive; a preemption is no "
+    "failure: it counts against neither --max-failures nor the restarts",
     "running: started (rows, or Tune says RUNNING, PAUSED or TERMINATED) while the driver is "
     "alive",
     "stopped: started and unfinished while no driver is alive (interrupted or killed; the "
@@ -30,16 +34,19 @@ STARTED = ("RUNNING", "PAUSED", "TERMINATED")
 
 
 def trial_state(tune_status: Optional[str], finished: bool, iteration: int,
-                num_iterations: int, alive: bool) -> str:
+                num_iterations: int, alive: bool, preempted: bool = False) -> str:
     """One of STATES, by RULES in their order.
 
     tune_status: Tune's status of the trial (None: Tune has no record of it yet); finished:
     its newest complete run copy says so; iteration: the last iteration its rows reach (0 =
-    none); alive: a driver is running the sweep now."""
+    none); alive: a driver is running the sweep now; preempted: the last restart logged for it
+    is a preemption (last_restart_preempted)."""
     if finished or (tune_status == "TERMINATED" and iteration >= num_iterations):
         return "done"
     if tune_status == "ERROR":
         return "failed"
+    if preempted and tune_status == "PENDING" and alive:
+        return "preempted"
     if iteration > 0 or tune_status in STARTED:
         return "running" if alive else "stopped"
     return "pending"
@@ -55,3 +62,29 @@ def trial_restarts(tune_status: Optional[str], num_failures: int, logged: int) -
     driver took with it."""
     failures = max(num_failures - 1, 0) if tune_status == "ERROR" else num_failures
     return max(failures, logged)
+
+
+# The fault-log kinds (telemetry/faultlog.py) of a trial's restarts: after a failure Tune
+# counted, and after a preemption it did not.
+RESTART = "trial_restarts"
+PREEMPTION = "trial_preemptions"
+
+
+def restart_kind(failures_at_start: Optional[int], failures_now: int) -> str:
+    """RESTART or PREEMPTION: why Tune restarts a trial, from its failure count (num_failures)
+    as the attempt started and as Tune restarts it.
+
+    Tune counts every error of a trial against FailureConfig(max_failures) except the death of
+    its actor that Ray attributes to preemption (RayActorError.preempted: the node was drained
+    with DRAIN_NODE_REASON_PREEMPTION and died after the drain's deadline; Tune's
+    Trial.handle_error). So a restart whose count did not grow followed a preemption. Unknown
+    start count (None): a failure, so a preemption is never claimed without evidence."""
+    if failures_at_start is not None and failures_now <= failures_at_start:
+        return PREEMPTION
+    return RESTART
+
+
+def last_restart_preempted(newest: dict) -> bool:
+    """Whether the trial's newest logged restart followed a preemption; newest = {fault kind:
+    time_ns of its newest file} (FaultLog.tally)."""
+    return newest.get(PREEMPTION, -1) > newest.get(RESTART, -1)

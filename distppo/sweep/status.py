@@ -32,7 +32,14 @@ from distppo.placement.sizing import trial_bundles
 from distppo.sweep import lease as sweep_lease
 from distppo.sweep.layout import RUNS, SWEEP_JSON, TRIAL_JSON, filesystem, first_line
 from distppo.sweep.schedule import lpt_makespan
-from distppo.sweep.states import STATES, trial_restarts, trial_state
+from distppo.sweep.states import (
+    PREEMPTION,
+    RESTART,
+    STATES,
+    last_restart_preempted,
+    trial_restarts,
+    trial_state,
+)
 from distppo.sweep.storage import SweepStorage
 from distppo.telemetry.parquet import read_rows
 from distppo.telemetry.redact import redact
@@ -59,6 +66,7 @@ class TrialStatus:
     sps_mean: Optional[float]    # global_step / wall_clock_s of the last row
     restarts: int                # runner_restarts of the last row
     trial_restarts: int          # restarts of the trial after a crash (fault log, Tune)
+    trial_preemptions: int       # restarts of the trial after Ray preempted its node
     node: str
     wall_clock_s: float          # trial time so far, including start-up and earlier attempts
     eta_s: Optional[float]
@@ -131,8 +139,9 @@ def _trial(store: SweepStorage, cfg: SweepConfig, point: tuple, tune: dict,
     tune_status = tune.get("status")
     total = tcfg.ppo.total_timesteps
     step, iteration = int(last.get("global_step", 0)), int(last.get("iteration", 0))
+    logged, newest_fault = store.fault_log(tid).tally()
     state = trial_state(tune_status, bool(record.get("finished")), iteration,
-                        tcfg.num_iterations, alive)
+                        tcfg.num_iterations, alive, last_restart_preempted(newest_fault))
     wall = max(float(record.get("elapsed_s", 0.0)), float(last.get("trial_elapsed_s", 0.0)))
     sps = _recent_sps(rows)
     eta = (total - step) / sps if state == "running" and sps else None
@@ -142,7 +151,8 @@ def _trial(store: SweepStorage, cfg: SweepConfig, point: tuple, tune: dict,
         global_step=step, total_timesteps=total, sps=sps, sps_mean=_num(last.get("sps")),
         restarts=int(last.get("runner_restarts", 0) or 0),
         trial_restarts=trial_restarts(tune_status, int(tune.get("num_failures", 0)),
-                                      store.fault_log(tid).counts()["trial_restarts"]),
+                                      logged[RESTART]),
+        trial_preemptions=logged[PREEMPTION],
         node=record.get("node") or last.get("hostname") or "-", wall_clock_s=wall, eta_s=eta)
 
 
@@ -171,8 +181,8 @@ def _summarise(uri, cfg, trials, alive, seen_ago, fs, root, now) -> SweepStatus:
 
 def _remaining(trials: list, slots: int) -> Optional[float]:
     """Seconds until the last trial ends: running trials hold their slots for their ETA, the
-    rest (pending, stopped: resumed) at the measured SPS of their game, else the sweep's mean.
-    None while nothing has been measured."""
+    rest (pending, preempted, stopped: resumed) at the measured SPS of their game, else the
+    sweep's mean. None while nothing has been measured."""
     measured = [t for t in trials if t.sps_mean]
     if not measured:
         return None if any(t.state != "done" for t in trials) else 0.0
@@ -184,7 +194,7 @@ def _remaining(trials: list, slots: int) -> Optional[float]:
     for t in trials:
         if t.state == "running" and t.eta_s is not None:
             busy.append(t.eta_s)
-        elif t.state in ("pending", "stopped", "running"):
+        elif t.state in ("pending", "stopped", "running", "preempted"):
             rates = by_game.get((t.env_id, t.algo))
             sps = sum(rates) / len(rates) if rates else mean
             todo.append((t.total_timesteps - t.global_step) / sps)
@@ -295,17 +305,22 @@ def _num(value) -> Optional[float]:
 def format_status(s: SweepStatus) -> str:
     seen = "-" if s.driver_seen_s_ago is None else f"{s.driver_seen_s_ago:,.0f} s ago"
     lines = [f"sweep {s.uri}: {s.state} (last write {seen})",
-             f"{'trial':34s} {'state':8s} {'iter':>11s} {'steps':>23s} {'SPS':>8s} "
+             f"{'trial':34s} {'state':9s} {'iter':>11s} {'steps':>23s} {'SPS':>8s} "
              f"{'restarts':>8s} {'node':12s} {'ETA':>8s}"]
     for t in s.trials:
         sps = "-" if t.sps is None else f"{t.sps:,.0f}"
         lines.append(
-            f"{t.trial_id:34s} {t.state:8s} {f'{t.iteration}/{t.num_iterations}':>11s} "
+            f"{t.trial_id:34s} {t.state:9s} {f'{t.iteration}/{t.num_iterations}':>11s} "
             f"{f'{t.global_step:,}/{t.total_timesteps:,}':>23s} {sps:>8s} "
             f"{t.restarts:>8d} {t.node[:12]:12s} {_hms(t.eta_s):>8s}")
     c = s.counts
     lines.append(f"trials: {c['done']}/{len(s.trials)} done, {c['running']} running, "
-                 f"{c['pending']} pending, {c['failed']} failed, {c['stopped']} stopped")
+                 f"{c['pending']} pending, {c['failed']} failed, {c['stopped']} stopped"
+                 + (f", {c['preempted']} preempted" if c["preempted"] else ""))
+    preempted = sum(t.trial_preemptions for t in s.trials)
+    if preempted:
+        lines.append(f"preemptions: {preempted} (Ray preempted a trial's node; not failures, "
+                     "the trial continues from its newest run copy)")
     lines.append(f"GPU-hours so far: {s.gpu_hours:,.2f} (trial hours {s.trial_hours:,.3f} x "
                  f"{s.gpus_per_trial:g} GPU per trial)")
     lines.append(f"remaining: {_hms(s.remaining_s)}, makespan estimate {_hms(s.makespan_s)} "

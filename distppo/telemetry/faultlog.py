@@ -28,7 +28,7 @@ from typing import Callable
 import pyarrow.fs as pafs
 
 # The counters a log holds, named as the Parquet columns (telemetry/schema.py) they feed.
-KINDS = ("runner_restarts", "learner_recoveries", "trial_restarts")
+KINDS = ("runner_restarts", "learner_recoveries", "trial_restarts", "trial_preemptions")
 OnFault = Callable[[str, int, str], None]  # (kind, n, detail): FaultCounter, or a no-op
 
 
@@ -48,13 +48,19 @@ class FaultLog:
 
     def counts(self) -> Counter:
         """{kind: faults counted so far}, over every attempt that wrote here."""
+        return self.tally()[0]
+
+    def tally(self) -> tuple[Counter, dict]:
+        """counts(), and {kind: time_ns of its newest fault}, from one listing."""
         selector = pafs.FileSelector(self.folder, allow_not_found=True)
         counts: Counter = Counter()
+        newest: dict = {}
         for info in self.fs.get_file_info(selector):
             parts = info.base_name.split(".")
             if info.type == pafs.FileType.File and len(parts) == 6 and parts[0] in KINDS:
                 counts[parts[0]] += int(parts[1])
-        return counts
+                newest[parts[0]] = max(newest.get(parts[0], 0), int(parts[2]))
+        return counts, newest
 
     def add(self, kind: str, n: int = 1, detail: str = "") -> None:
         """Record `n` faults of `kind` now (before the row that shows them is written)."""

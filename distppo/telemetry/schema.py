@@ -204,9 +204,10 @@ TRIAL_COLUMNS: tuple[Column, ...] = (
     Column("seed", _I, "-", "base seed of the trial's run"),
     Column("total_timesteps", _I, "agent steps", "steps the trial is configured to train"),
     Column("status", _S, "-",
-           "done, failed (crashed more than max_failures times), running, pending or stopped "
-           "(an interrupted sweep stopped it unfinished; --resume continues it), when the file "
-           "was written: the rules of `distppo status` (sweep/states.py)"),
+           "done, failed (crashed more than max_failures times), running, pending, stopped "
+           "(an interrupted sweep stopped it unfinished; --resume continues it) or preempted "
+           "(Ray preempted its node and it waits to continue from its newest run copy), when "
+           "the file was written: the rules of `distppo status` (sweep/states.py)"),
     Column("global_step", _I, "agent steps", "steps reached at the trial's last checkpoint"),
     Column("wall_clock_minutes", _F, "min",
            "trial start (before env and model construction) to its end, summed over the "
@@ -228,7 +229,11 @@ TRIAL_COLUMNS: tuple[Column, ...] = (
     Column("restarts", _I, "-",
            "times the trial restarted after a crash (Tune's FailureConfig, or --resume of a "
            "failed trial), each logged as it happens (the sweep's fault log); a killed "
-           "driver's sweep resumed with --resume does not count"),
+           "driver's sweep resumed with --resume does not count; preemptions are not crashes"),
+    Column("preemptions", _I, "-",
+           "times the trial restarted because Ray preempted its node (drained with the "
+           "preemption reason, then gone), logged as it happens (the sweep's fault log); they "
+           "count against no --max-failures"),
     Column("node", _S, "-", "hostname of the node that ran the trial's last attempt"),
     Column("gpu_name", _S, "-", "CUDA device name of the learner; empty on CPU"),
     Column("versions", _S, "-", "JSON object: python, torch, ray, ale-py, envpool, ... versions"),
@@ -236,3 +241,7 @@ TRIAL_COLUMNS: tuple[Column, ...] = (
            "uncommitted changes); empty when unknown"),
 )
 TRIAL_SCHEMA = arrow_schema(TRIAL_COLUMNS)
+# trials.parquet columns added after sweeps were written without them: the report reads such a
+# file and says "unknown" for what the column would tell (a sweep that did not count
+# preemptions apart counted them as restarts).
+TRIAL_ADDED_LATER = ("preemptions",)

@@ -119,11 +119,19 @@ def test_fixture_is_a_sweep_with_gaps(sweep_files):
     """The committed sweep has what the report must handle: two algos, finished trials, a game
     that never finishes in the budget (Pong: NaN return), and the contract's columns: all of
     them but those the schema declares added after it was written (ADDED_LATER: readers fill
-    them in), so the report is also tested on a sweep of an older distppo."""
-    from distppo.report.load import ITERATION_COLUMNS, TRIAL_COLUMNS
-    from distppo.telemetry.schema import ADDED_LATER, SWEEP_ITERATION_SCHEMA, TRIAL_SCHEMA
+    them in; TRIAL_ADDED_LATER: the report says unknown), so the report is also tested on a
+    sweep of an older distppo."""
+    from distppo.report.load import ITERATION_COLUMNS, OPTIONAL_TRIAL_COLUMNS, TRIAL_COLUMNS
+    from distppo.telemetry.schema import (
+        ADDED_LATER,
+        SWEEP_ITERATION_SCHEMA,
+        TRIAL_ADDED_LATER,
+        TRIAL_SCHEMA,
+    )
     trials, iters = sweep_files
-    assert set(TRIAL_COLUMNS) <= set(TRIAL_SCHEMA.names) <= set(trials.columns)
+    assert set(TRIAL_COLUMNS) <= set(TRIAL_SCHEMA.names)
+    assert set(TRIAL_SCHEMA.names) - set(trials.columns) == set(TRIAL_ADDED_LATER)
+    assert set(TRIAL_ADDED_LATER) <= set(OPTIONAL_TRIAL_COLUMNS)
     assert set(ITERATION_COLUMNS) <= set(SWEEP_ITERATION_SCHEMA.names)
     assert set(SWEEP_ITERATION_SCHEMA.names) - set(iters.columns) == {"learner_recoveries"}
     assert "learner_recoveries" in ADDED_LATER
@@ -319,6 +327,8 @@ def test_summary_hns_and_aggregates(report_dir, report_json, sweep_files):
     hours = trials["wall_clock_minutes"].sum() / 60
     assert f"| total trial time | {hours:.3f} h" in summary
     assert "| total GPU-hours | 0 h (no trial ran on a GPU) |" in summary
+    # written before preemptions were counted apart: unknown, never 0
+    assert "| trial preemptions (not failures) | — |" in summary
 
 
 def _numbers(obj) -> list[float]:

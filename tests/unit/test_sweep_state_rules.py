@@ -2,7 +2,15 @@
 trials.parquet and the report agree: tests/integration/test_sweep_states.py)."""
 import pytest
 
-from distppo.sweep.states import STATES, trial_restarts, trial_state
+from distppo.sweep.states import (
+    PREEMPTION,
+    RESTART,
+    STATES,
+    last_restart_preempted,
+    restart_kind,
+    trial_restarts,
+    trial_state,
+)
 
 N = 3  # iterations of the trial
 
@@ -41,3 +49,34 @@ def test_each_rule(tune, finished, iteration, alive, state):
 ])
 def test_restarts_are_failures_followed_by_a_restart(tune, failures, logged, restarts):
     assert trial_restarts(tune, failures, logged) == restarts
+
+
+@pytest.mark.parametrize("tune, finished, iteration, alive, state", [
+    ("PENDING", False, 2, True, "preempted"),   # waits for a node after its node was preempted
+    ("PENDING", False, 0, True, "preempted"),   # preempted before its first copy
+    ("PENDING", False, 2, False, "stopped"),    # no driver will start it: --resume
+    ("RUNNING", False, 2, True, "running"),     # started again since
+    ("ERROR", False, 2, True, "failed"),        # a later failure ended it
+    ("TERMINATED", False, 3, True, "done"),
+])
+def test_preempted_is_a_trial_waiting_to_continue_after_a_preemption(tune, finished, iteration,
+                                                                      alive, state):
+    assert trial_state(tune, finished, iteration, N, alive, preempted=True) == state
+    assert state in STATES
+
+
+@pytest.mark.parametrize("at_start, now, kind", [
+    (0, 0, PREEMPTION),   # Tune did not count it (RayActorError.preempted)
+    (1, 1, PREEMPTION),
+    (0, 1, RESTART),      # a failure Tune counted against max_failures
+    (None, 0, RESTART),   # the attempt's start was not seen: never claim a preemption
+])
+def test_a_restart_tune_did_not_count_is_a_preemption(at_start, now, kind):
+    assert restart_kind(at_start, now) == kind
+
+
+def test_the_newest_logged_restart_decides():
+    assert last_restart_preempted({PREEMPTION: 5})
+    assert last_restart_preempted({RESTART: 4, PREEMPTION: 5})
+    assert not last_restart_preempted({RESTART: 6, PREEMPTION: 5})
+    assert not last_restart_preempted({})
