@@ -91,8 +91,12 @@ class _output_dir:
         try:
             if exc_type is None:
                 import pyarrow.fs as pafs
+
+                from distppo.sweep.layout import filesystem
+                # as every storage URI is opened: gs:// follows STORAGE_EMULATOR_HOST, and a
+                # storage that does not answer is one line within the storage timeout
+                fs, path = filesystem(self.out, "--out")
                 try:
-                    fs, path = pafs.FileSystem.from_uri(self.out)
                     fs.create_dir(path, recursive=True)
                     pafs.copy_files(self._tmp.name, path, destination_filesystem=fs)
                 except (OSError, ValueError) as err:

@@ -386,6 +386,11 @@ def test_bucket_storage(bucket, tmp_path):
     report = run_cli("report", uri, "--out", tmp_path / "report", "--no-plots", timeout=300)
     assert report.returncode == 0, report.stderr[-3000:]
     assert "CartPole-v1" in (tmp_path / "report" / "runtimes.md").read_text()
+    # into the bucket too, found where the sweep is (gs://: through STORAGE_EMULATOR_HOST)
+    report = run_cli("report", uri, "--out", f"{uri}/report", "--no-plots", timeout=300)
+    assert report.returncode == 0, report.stderr[-3000:]
+    with fs.open_input_stream(f"{root}/report/runtimes.md") as f:
+        assert b"CartPole-v1" in f.readall()
 
 
 # --- 5. bad input: one line, exit 2, nothing started -------------------------------------------
