@@ -157,7 +157,7 @@ class SweepCallback(tune.Callback):
 
     def on_trial_start(self, iteration, trials, trial, **info):
         self._failures_at_start[trial.trial_id] = trial.num_failures
-        if trial.trial_id in self._preempted:  # trials.parquet says preempted: no longer
+        if trial.trial_id in self._preempted:  # it runs again: trials.parquet said preempted
             self._preempted.discard(trial.trial_id)
             self._guarded("a trial start", lambda: self._write(
                 trials, {trial.trial_id: "RUNNING"}, iterations=False))
