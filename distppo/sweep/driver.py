@@ -29,7 +29,7 @@ from distppo.errors import ConfigError, UserError
 from distppo.placement.sizing import check_fits, fit_sweep, trial_bundles
 from distppo.sweep import lease as sweep_lease
 from distppo.sweep.layout import ITERATIONS_FILE, SWEEP_JSON, TRIALS_FILE, TUNER_STATE, first_line
-from distppo.sweep.outputs import trial_files, write_iterations, write_trials
+from distppo.sweep.outputs import recorded_statuses, trial_files, write_iterations, write_trials
 from distppo.sweep.states import PREEMPTION, restart_kind, trial_state
 from distppo.sweep.storage import SweepStorage
 from distppo.sweep.tracking import tracking_callbacks
@@ -157,7 +157,12 @@ class SweepCallback(tune.Callback):
 
     def on_trial_start(self, iteration, trials, trial, **info):
         self._failures_at_start[trial.trial_id] = trial.num_failures
-        if trial.trial_id in self._preempted:  # it runs again: trials.parquet said preempted
+        if self._statuses is None:  # a resumed driver: as the last one left it
+            self._statuses = recorded_statuses(self.storage)
+        # it runs again where trials.parquet said preempted, or failed (a --resume restarts a
+        # failed trial; `distppo status` reads failed there as Tune's ERROR)
+        if trial.trial_id in self._preempted or \
+                self._statuses.get(_trial_name(trial)) == "failed":
             self._preempted.discard(trial.trial_id)
             self._guarded("a trial start", lambda: self._write(
                 trials, {trial.trial_id: "RUNNING"}, iterations=False))

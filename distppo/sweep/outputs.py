@@ -167,6 +167,17 @@ def write_trials(storage: SweepStorage, files: list[TrialFiles], cache: dict) ->
                                TRIAL_SCHEMA)
 
 
+def recorded_statuses(storage: SweepStorage) -> dict:
+    """{trial_id: status} as trials.parquet last said; {} while it is missing or cannot be read
+    (not written yet, or being replaced on a bucket)."""
+    try:
+        with storage.fs.open_input_file(storage.join(TRIALS_FILE)) as f:
+            table = pq.read_table(f, columns=["trial_id", "status"])
+    except (OSError, pa.ArrowException, KeyError):
+        return {}
+    return dict(zip(table.column("trial_id").to_pylist(), table.column("status").to_pylist()))
+
+
 def write_iterations(storage: SweepStorage, files: list[TrialFiles]) -> int:
     """iterations.parquet: every checkpointed row of every trial, streamed one trial at a time."""
     tables = (t for t in (f.metrics() for f in files) if t is not None)

@@ -15,7 +15,10 @@ STATES = ("done", "running", "pending", "failed", "stopped", "preempted")
 RULES = (
     "done: its newest complete run copy says finished (or Tune says TERMINATED and its rows "
     "reach the last iteration)",
-    "failed: Tune's experiment state says ERROR (out of restarts), and no finished copy",
+    "failed: Tune says ERROR (out of restarts), and no finished copy; Tune's saved state can "
+    "miss that (it re-saves a trial only when it stops the trial's live actor, and a node's "
+    "loss can end the actor first), so trials.parquet, which the driver rewrites as a trial "
+    "fails, saying failed counts as ERROR",
     "preempted: Ray preempted its node (drained with the preemption reason, then gone) and Tune "
     "has not started it again yet (PENDING), while the driver is alive; a preemption is no "
     "failure: it counts against neither --max-failures nor the restarts",
@@ -50,6 +53,15 @@ def trial_state(tune_status: Optional[str], finished: bool, iteration: int,
     if iteration > 0 or tune_status in STARTED:
         return "running" if alive else "stopped"
     return "pending"
+
+
+def saved_tune_status(saved: Optional[str], recorded: Optional[str]) -> Optional[str]:
+    """Tune's status of a trial as a reader of the sweep's files tells it: `saved` from Tune's
+    experiment state, `recorded` the trial's status in trials.parquet. The driver rewrites
+    trials.parquet from Tune's live trial the moment it fails for good, while Tune's saved
+    entry of a trial whose actor died before Tune stopped it keeps its last status (RUNNING).
+    A driver that starts the trial again rewrites trials.parquet then (SweepCallback)."""
+    return "ERROR" if recorded == "failed" else saved
 
 
 def trial_restarts(tune_status: Optional[str], num_failures: int, logged: int) -> int:

@@ -31,12 +31,14 @@ from distppo.errors import ConfigError, UserError
 from distppo.placement.sizing import trial_bundles
 from distppo.sweep import lease as sweep_lease
 from distppo.sweep.layout import RUNS, SWEEP_JSON, TRIAL_JSON, filesystem, first_line
+from distppo.sweep.outputs import recorded_statuses
 from distppo.sweep.schedule import lpt_makespan
 from distppo.sweep.states import (
     PREEMPTION,
     RESTART,
     STATES,
     last_restart_preempted,
+    saved_tune_status,
     trial_restarts,
     trial_state,
 )
@@ -120,12 +122,13 @@ def read_status(uri: str, stale_after_s: float = STALE_AFTER_S,
     if alive is None:
         alive = seen_ago is not None and seen_ago <= stale_after_s
     store = SweepStorage.at(fs, root, uri)
-    trials = [_trial(store, cfg, point, tune_state.get(point, {}), alive)
+    recorded = recorded_statuses(store)
+    trials = [_trial(store, cfg, point, tune_state.get(point, {}), recorded, alive)
               for point in cfg.grid()]
     return _summarise(uri, cfg, trials, alive, seen_ago, fs, root, now)
 
 
-def _trial(store: SweepStorage, cfg: SweepConfig, point: tuple, tune: dict,
+def _trial(store: SweepStorage, cfg: SweepConfig, point: tuple, tune: dict, recorded: dict,
            alive: bool) -> TrialStatus:
     tcfg = cfg.trial_config(*point)
     tid = tcfg.run_name
@@ -136,7 +139,7 @@ def _trial(store: SweepStorage, cfg: SweepConfig, point: tuple, tune: dict,
              if r.get("iteration", 0) > (rows[-1]["iteration"] if rows else 0)]
     rows = rows + newer
     last = rows[-1] if rows else {}
-    tune_status = tune.get("status")
+    tune_status = saved_tune_status(tune.get("status"), recorded.get(tid))
     total = tcfg.ppo.total_timesteps
     step, iteration = int(last.get("global_step", 0)), int(last.get("iteration", 0))
     logged, newest_fault = store.fault_log(tid).tally()

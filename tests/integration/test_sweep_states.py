@@ -66,3 +66,25 @@ def test_status_trials_parquet_and_report_agree(tmp_path):
     assert summary["finished_runs"] == 2
     assert report.missing[["seed", "reason"]].to_dict("records") == [
         {"seed": 3, "reason": "status failed"}]
+
+
+def test_a_failure_tune_did_not_save_is_read_from_trials_parquet(tmp_path):
+    """Tune re-saves a trial's entry only when it stops the trial's live actor: where the
+    node's loss ended the actor first, the saved entry still says RUNNING after the trial
+    failed for good. The driver wrote the failure to trials.parquet as it happened."""
+    sweep = shutil.copytree(SWEEP, tmp_path / "states")
+    state = sorted(sweep.glob("experiment_state-*.json"))[-1]
+    data = json.loads(state.read_text())
+    for entry in data["trial_data"]:
+        trial = json.loads(entry[0])
+        if trial["status"] == "ERROR":
+            trial["status"] = "RUNNING"
+            entry[0] = json.dumps(trial)
+    state.write_text(json.dumps(data))
+
+    status = read_status(str(sweep))
+    assert {t.trial_id: t.state for t in status.trials} == {
+        tid: state for tid, (state, _) in EXPECTED.items()}
+    # without the driver's record, Tune's saved entry alone says a stopped trial
+    (sweep / "trials.parquet").unlink()
+    assert read_status(str(sweep)).trials[2].state == "stopped"

@@ -8,6 +8,7 @@ from distppo.sweep.states import (
     STATES,
     last_restart_preempted,
     restart_kind,
+    saved_tune_status,
     trial_restarts,
     trial_state,
 )
@@ -80,3 +81,15 @@ def test_the_newest_logged_restart_decides():
     assert last_restart_preempted({RESTART: 4, PREEMPTION: 5})
     assert not last_restart_preempted({RESTART: 6, PREEMPTION: 5})
     assert not last_restart_preempted({})
+
+
+@pytest.mark.parametrize("saved, recorded, status", [
+    ("RUNNING", "failed", "ERROR"),   # the actor died before Tune stopped it: not re-saved
+    (None, "failed", "ERROR"),        # Tune's state went with a killed driver
+    ("ERROR", "failed", "ERROR"),
+    ("RUNNING", "running", "RUNNING"),
+    ("ERROR", None, "ERROR"),         # no trials.parquet yet
+    ("PENDING", "preempted", "PENDING"),
+])
+def test_the_drivers_record_of_a_failure_counts_as_tunes(saved, recorded, status):
+    assert saved_tune_status(saved, recorded) == status
