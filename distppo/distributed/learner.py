@@ -22,7 +22,7 @@ from distppo.core.runtime import device_name
 from distppo.core.sampler import make_envs, sampler_on
 from distppo.core.threads import cores, reuse_freed_memory
 from distppo.core.update import GradAllReduce
-from distppo.distributed.boundary import host_only
+from distppo.distributed.boundary import Started, host_only
 from distppo.distributed.netif import bind_collectives
 from distppo.errors import EnvError, UserError
 from distppo.placement.shards import LearnerSlice, ShardPlan
@@ -32,7 +32,7 @@ GROUP_TIMEOUT = datetime.timedelta(minutes=10)
 
 
 @host_only
-class Learner:
+class Learner(Started):
     def __init__(self, cfg: TrainConfig, obs_shape: tuple | None, num_actions: int | None,
                  rank: int = 0, part: LearnerSlice | None = None,
                  video_dir: str | None = None, incarnation: int = 0):
@@ -51,7 +51,7 @@ class Learner:
         self.malloc_reuse = reuse_freed_memory(cfg.runner.malloc_reuse)
         # the rollouts sampled here and not yet learned on, oldest first (--overlap: two)
         self.rollouts: collections.deque = collections.deque()
-        self.failed: UserError | EnvError | None = None  # raised by started(), as itself
+        self.failed: UserError | EnvError | None = None  # raised by started()
         try:
             self._build(cfg, obs_shape, num_actions, rank,
                         video_dir if rank == 0 else None, incarnation)
@@ -73,14 +73,6 @@ class Learner:
         self.core = PPOLearner(cfg, obs_shape, num_actions, cfg.seed, rank,
                                shards=self.part.shards)
         self.sampler = None if envs is None else sampler_on(cfg, envs, rank, self.core.agent)
-
-    def started(self) -> int:
-        """This process's pid, once its constructor is done. A user's mistake it found (a
-        ConfigError, a GPU torch cannot use) or envs it could not build raise here, as the
-        errors they are: Ray hands an error raised in a constructor back only as text."""
-        if self.failed is not None:
-            raise self.failed
-        return os.getpid()
 
     def rendezvous_address(self) -> tuple[str, int]:
         """Rank 0: this node's IP and a port the kernel picked, listened on by the group's

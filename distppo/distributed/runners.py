@@ -15,13 +15,13 @@ from distppo.config import TrainConfig
 from distppo.core.rollout import RolloutBatch, RolloutMeta
 from distppo.core.sampler import make_sampler
 from distppo.core.threads import cores, reuse_freed_memory, within_cores
-from distppo.distributed.boundary import host_only
+from distppo.distributed.boundary import Started, host_only
 from distppo.errors import EnvError
 from distppo.testing import faults
 
 
 @host_only
-class EnvRunner:
+class EnvRunner(Started):
     def __init__(self, cfg: TrainConfig, runner_index: int, video_dir: str | None = None,
                  threads: int = 1):
         # Ray sets OMP_NUM_THREADS from num_cpus (1 without); torch's own count is what
@@ -32,7 +32,7 @@ class EnvRunner:
         # Ray runs this constructor again in a new process after the old one died; the
         # restart count picks fresh env seeds for the rebuilt envs (core/seeds.py).
         self.incarnation = num_restarts(ray.get_runtime_context().get_actor_id())
-        self.failed: EnvError | None = None  # raised by started(), as itself
+        self.failed: EnvError | None = None  # raised by started()
         try:
             self.sampler = make_sampler(cfg, runner_index, video_dir, self.incarnation)
         except Exception as exc:  # noqa: BLE001 - any error of the env libraries, named
@@ -40,14 +40,6 @@ class EnvRunner:
                                    f"{type(exc).__name__}: {exc}")
         faults.kill_once("runner_init")
         faults.pause("runner_init")
-
-    def started(self) -> int:
-        """This process's pid, once its constructor is done. Envs it could not build raise
-        here, as the EnvError they are: Ray hands an error raised in a constructor back only
-        as text."""
-        if self.failed is not None:
-            raise self.failed
-        return os.getpid()
 
     def env_spec(self) -> tuple[tuple, int]:
         return self.sampler.env_spec()
