@@ -65,13 +65,26 @@ def filesystem(uri: str, what: str = "--storage",
 
     gs:// follows STORAGE_EMULATOR_HOST as Google's own clients do (an emulator or a private
     endpoint, no credentials), as s3:// follows AWS_ENDPOINT_URL in Arrow itself."""
+    answer_s = _answer_timeout() if answer_s is None else answer_s
     try:
         fs, path = pafs.FileSystem.from_uri(arrow_uri(absolute(uri)))
     except (pa.ArrowException, OSError, ValueError) as exc:
         raise UserError(f"{what} {uri}: {first_line(exc)}") from None
-    _answers(lambda: fs.get_file_info(path), uri, what,
-             _answer_timeout() if answer_s is None else answer_s)
+    if isinstance(fs, pafs.S3FileSystem):
+        fs = stalls_bounded(fs, answer_s)
+    _answers(lambda: fs.get_file_info(path), uri, what, answer_s)
     return fs, path
+
+
+def stalls_bounded(fs: pafs.S3FileSystem, stall_s: float) -> pafs.S3FileSystem:
+    """The same S3 file system, each attempt of a request given up after `stall_s` seconds
+    without a byte (connecting or transferring): with the AWS SDK's defaults, which Arrow keeps,
+    an endpoint that stops answering mid-sweep holds every request for minutes. Arrow's retry
+    strategy makes 3 attempts. The settings travel with the file system when it is pickled (Tune
+    hands it to every trial) since they are its constructor's own arguments: `__reduce__` is
+    how pickling rebuilds it."""
+    rebuild, (kwargs,) = fs.__reduce__()
+    return rebuild({**kwargs, "request_timeout": stall_s, "connect_timeout": stall_s})
 
 
 def _answer_timeout() -> float:
