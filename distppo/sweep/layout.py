@@ -40,7 +40,8 @@ KEEP_COPIES = 2  # run copies kept per trial
 # not answer included) before it gives up: google-cloud-cpp's own default is 15 minutes.
 GCS_RETRY_LIMIT_S = 60
 # How long a storage has to answer its first request (a look at the sweep folder) before the
-# command gives up in one line; DISTPPO_STORAGE_TIMEOUT_S lets a slow private endpoint have longer.
+# command gives up in one line, and the longest stall of each later S3 request attempt;
+# DISTPPO_STORAGE_TIMEOUT_S lets a slow private endpoint have longer.
 ANSWER_TIMEOUT_S = 20.0
 # What decides where each scheme's requests go and with which credentials.
 WHERE_TO_LOOK = {
