@@ -9,6 +9,10 @@ import os
 import signal
 import sys
 import threading
+import time
+from typing import Callable, TypeVar
+
+T = TypeVar("T")
 
 
 class UserError(Exception):
@@ -52,6 +56,40 @@ def install_hint(extra: str) -> str:
     package index (a `pip install 'distppo[...]'` would fetch whatever is published under that
     name there), so every hint installs from the source checkout."""
     return f"pip install -e '.[{extra}]' in the distppo checkout (distppo is not on PyPI)"
+
+
+def seconds_from_env(name: str, default: float) -> float:
+    """A number of seconds from environment variable `name`, else `default`."""
+    text = os.environ.get(name, "").strip()
+    try:
+        return float(text) if text else default
+    except ValueError:
+        raise UserError(f"{name}={text!r}: give a number of seconds") from None
+
+
+def answered_within(request: Callable[[], T], seconds: float, silence: str) -> T:
+    """request()'s result, or the error it raised, raised here; UserError(silence) when it has
+    not answered within `seconds`. It runs in a helper thread while this one waits in short
+    steps: a storage or server that does not answer ends in one line, and a signal (Ctrl-C,
+    SIGTERM) is handled at once, whereas in this thread it would wait out a library's C++ call
+    or its retries. A request given up on is left to end on its own (a daemon thread)."""
+    done, out = threading.Event(), {}
+
+    def call() -> None:
+        try:
+            out["value"] = request()
+        except BaseException as exc:  # noqa: BLE001 - handed to the waiting thread as it is
+            out["error"] = exc
+        done.set()
+
+    threading.Thread(target=call, name="answered-within", daemon=True).start()
+    deadline = time.monotonic() + seconds
+    while not done.wait(0.1):
+        if time.monotonic() > deadline:
+            raise UserError(silence)
+    if "error" in out:
+        raise out["error"]
+    return out["value"]
 
 
 class Terminated(KeyboardInterrupt):

@@ -17,15 +17,13 @@ Shared by the writer (the sweep driver and its trials) and the readers (`distppo
 from __future__ import annotations
 
 import os
-import threading
-import time
 import urllib.parse
 from typing import Optional
 
 import pyarrow as pa
 import pyarrow.fs as pafs
 
-from distppo.errors import UserError
+from distppo.errors import UserError, answered_within, seconds_from_env
 
 SWEEP_JSON = "sweep.json"
 TRIALS_FILE = "trials.parquet"
@@ -66,14 +64,15 @@ def filesystem(uri: str, what: str = "--storage",
 
     gs:// follows STORAGE_EMULATOR_HOST as Google's own clients do (an emulator or a private
     endpoint, no credentials), as s3:// follows AWS_ENDPOINT_URL in Arrow itself."""
-    answer_s = _answer_timeout() if answer_s is None else answer_s
+    answer_s = seconds_from_env("DISTPPO_STORAGE_TIMEOUT_S", ANSWER_TIMEOUT_S) \
+        if answer_s is None else answer_s
     try:
         fs, path = pafs.FileSystem.from_uri(arrow_uri(absolute(uri)))
     except (pa.ArrowException, OSError, ValueError) as exc:
         raise UserError(f"{what} {uri}: {first_line(exc)}") from None
     if isinstance(fs, pafs.S3FileSystem):
         fs = stalls_bounded(fs, answer_s)
-    _answers(lambda: fs.get_file_info(path), uri, what, answer_s)
+    answered_within(lambda: _look(fs, path), answer_s, _silent(uri, what, answer_s))
     return fs, path
 
 
@@ -88,36 +87,20 @@ def stalls_bounded(fs: pafs.S3FileSystem, stall_s: float) -> pafs.S3FileSystem:
     return rebuild({**kwargs, "request_timeout": stall_s, "connect_timeout": stall_s})
 
 
-def _answer_timeout() -> float:
-    text = os.environ.get("DISTPPO_STORAGE_TIMEOUT_S", "")
+def _silent(uri: str, what: str, answer_s: float) -> str:
+    scheme = uri.partition("://")[0] if "://" in uri else "file"
+    look = WHERE_TO_LOOK.get("gs" if scheme == "gcs" else scheme, "the folder's mount")
+    return (f"{what} {uri}: the storage did not answer within {answer_s:g} s: check the URI "
+            f"and {look}")
+
+
+def _look(fs: pafs.FileSystem, path: str) -> None:
+    """A first request, whose error is left for the command's own request to report: only
+    whether the storage answered matters here."""
     try:
-        return float(text) if text else ANSWER_TIMEOUT_S
-    except ValueError:
-        raise UserError(f"DISTPPO_STORAGE_TIMEOUT_S={text!r}: give a number of seconds") from None
-
-
-def _answers(request, uri: str, what: str, answer_s: float) -> None:
-    """Run `request` in a helper thread while this one waits in short steps: a storage that
-    does not answer ends in one line, and a signal (Ctrl-C, SIGTERM) is handled at once,
-    whereas in this thread it would wait for Arrow's C++ call, retries and all. An error
-    the request raises is left for the command's own request to report."""
-    done = threading.Event()
-
-    def call() -> None:
-        try:
-            request()
-        except Exception:  # noqa: BLE001 - only whether it answered matters here
-            pass
-        done.set()
-
-    threading.Thread(target=call, name="storage-answers", daemon=True).start()
-    deadline = time.monotonic() + answer_s
-    while not done.wait(0.1):
-        if time.monotonic() > deadline:
-            scheme = uri.partition("://")[0] if "://" in uri else "file"
-            look = WHERE_TO_LOOK.get("gs" if scheme == "gcs" else scheme, "the folder's mount")
-            raise UserError(f"{what} {uri}: the storage did not answer within "
-                            f"{answer_s:g} s: check the URI and {look}")
+        fs.get_file_info(path)
+    except Exception:  # noqa: BLE001 - the command's next request meets it again
+        pass
 
 
 def arrow_uri(uri: str) -> str:

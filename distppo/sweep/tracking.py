@@ -18,7 +18,10 @@ from ray.air.integrations.mlflow import MLflowLoggerCallback
 from ray.air.integrations.wandb import WandbLoggerCallback, _WandbLoggingActor
 
 from distppo.config import SweepConfig, TrainConfig
-from distppo.telemetry.trackers import mlflow_params, scalars, wandb_config
+from distppo.errors import UserError
+from distppo.sweep.layout import first_line
+from distppo.telemetry.redact import redact
+from distppo.telemetry.trackers import mlflow_answers, mlflow_params, scalars, wandb_config
 
 # Per-iteration columns that have no TensorBoard scalar (their per-game points live there).
 EPISODE_COLUMNS = ("episodic_return_mean", "episodic_length_mean", "episodic_return_last100",
@@ -99,11 +102,25 @@ class WandbCallback(WandbLoggerCallback):
         super().log_trial_result(iteration, trial, {**tracked(result), **keep})
 
 
+def mlflow_starts(uri: str) -> None:
+    """One line, before Tune starts, where the MLflow server does not answer (within a bound)
+    or answers with an error: Tune's callback would meet it inside fit(), after waiting out
+    MLflow's retries, as a traceback."""
+    try:
+        mlflow_answers(uri)
+    except UserError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - whatever the server or store said, in one line
+        raise UserError(f"--mlflow-tracking-uri {redact(uri)} could not start: "
+                        f"{first_line(exc)}") from None
+
+
 def tracking_callbacks(cfg: SweepConfig) -> list:
     """The Tune callbacks the sweep's tracking flags ask for (none by default)."""
     t = cfg.train.tracking
     callbacks: list = []
     if t.mlflow_tracking_uri:
+        mlflow_starts(t.mlflow_tracking_uri)
         callbacks.append(MlflowCallback(cfg, tracking_uri=t.mlflow_tracking_uri,
                                         experiment_name=cfg.name,
                                         tags={"distppo.sweep": cfg.name}))

@@ -23,13 +23,23 @@ import time
 from typing import Iterable, Mapping, Optional, Protocol
 
 from distppo.config import TrainConfig
-from distppo.errors import ConfigError, UserError, install_hint
+from distppo.errors import (
+    ConfigError,
+    UserError,
+    answered_within,
+    install_hint,
+    seconds_from_env,
+)
 from distppo.telemetry.files import atomic_write
 from distppo.telemetry.redact import redact, redact_config
 from distppo.telemetry.tensorboard import TB_SCALARS, flatten
 
 TRACKING_JSON = "tracking.json"
 INSTALL_HINT = install_hint("tracking")
+# How long an MLflow tracking server has to take a run's start (or a sweep's first request)
+# before the command gives up in one line: MLflow's own client retries a server that does not
+# answer for minutes. DISTPPO_TRACKING_TIMEOUT_S gives a slow server longer.
+TRACKING_TIMEOUT_S = 30.0
 
 
 class Tracker(Protocol):
@@ -59,12 +69,16 @@ def make_trackers(cfg: TrainConfig, run_dir: str, run_id: str) -> list[Tracker]:
                lambda resume: WandbTracker(cfg, run_dir, run_id, resume)),
               (cfg.tracking.mlflow_tracking_uri, "mlflow_run_id",
                f"--mlflow-tracking-uri {redact(cfg.tracking.mlflow_tracking_uri or '')}",
-               lambda resume: MlflowTracker(cfg, run_id, resume))]
+               lambda resume: mlflow_answers(cfg.tracking.mlflow_tracking_uri,
+                                             lambda: MlflowTracker(cfg, run_id, resume)))]
     for on, key, what, make in wanted:
         if not on:
             continue
         try:
             tracker = make(ids.get(key))
+        except UserError:
+            close_all(trackers, ok=False)
+            raise
         except Exception as exc:  # not logged in, unreachable server, refused store: user fixes
             close_all(trackers, ok=False)
             text = (str(exc).strip() or type(exc).__name__).splitlines()[0]
@@ -74,6 +88,22 @@ def make_trackers(cfg: TrainConfig, run_dir: str, run_id: str) -> list[Tracker]:
     if trackers:
         logged.save()
     return trackers
+
+
+def mlflow_answers(uri: str, request=None):
+    """request()'s result (default: a first look at the server's experiments) once the MLflow
+    server at `uri` answered it; one UserError line when it has not within
+    DISTPPO_TRACKING_TIMEOUT_S (TRACKING_TIMEOUT_S). An error it answers with is raised as is."""
+    if request is None:
+        from mlflow.tracking import MlflowClient
+
+        def request():
+            return MlflowClient(tracking_uri=uri).search_experiments(max_results=1)
+    seconds = seconds_from_env("DISTPPO_TRACKING_TIMEOUT_S", TRACKING_TIMEOUT_S)
+    return answered_within(request, seconds, (
+        f"--mlflow-tracking-uri {redact(uri)} did not answer within {seconds:g} s: check that "
+        "an MLflow server runs there and this machine reaches it (DISTPPO_TRACKING_TIMEOUT_S "
+        "gives a slow one longer), or drop the flag"))
 
 
 class LoggedSteps:

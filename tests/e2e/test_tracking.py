@@ -4,6 +4,8 @@ A sweep's tracking is checked on test_sweep.py's grid."""
 from __future__ import annotations
 
 import json
+import socket
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -151,3 +153,28 @@ def test_wandb_config_is_flat_like_cleanrl_and_resume_logs_no_row_twice(tmp_path
     assert config["env_id"] == "CartPole-v1" and config["track"] is True
     saved = runs[0] / "files" / "code" / "distppo" / "cli" / "main.py"  # save_code
     assert saved.read_text() == (Path(REPO) / "distppo" / "cli" / "main.py").read_text()
+
+
+def test_a_tracking_server_that_does_not_answer_is_one_line_within_the_bound(tmp_path):
+    """An MLflow server that takes connections and never answers (a loopback listener that
+    never accepts): `train` and `sweep` each end in one line after DISTPPO_TRACKING_TIMEOUT_S,
+    instead of waiting out MLflow's own retries, and leave no run."""
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(64)
+    uri = f"http://127.0.0.1:{silent.getsockname()[1]}/"
+    env = {"DISTPPO_TRACKING_TIMEOUT_S": "3", "MLFLOW_HTTP_REQUEST_TIMEOUT": "300"}
+    try:
+        start = time.monotonic()
+        proc = run_cli("train", *CARTPOLE, "--mlflow-tracking-uri", uri, "--output-dir",
+                       tmp_path / "runs", "--run-name", "r", env=env, timeout=120)
+        assert_one_line_error(proc, f"--mlflow-tracking-uri {uri} did not answer within 3 s",
+                              "DISTPPO_TRACKING_TIMEOUT_S")
+        assert not (tmp_path / "runs" / "r").exists()
+        sweep = run_cli("sweep", "--local", "--games", "CartPole-v1", "--seeds", "1", *TINY,
+                        "--storage", tmp_path, "--name", "s", "--mlflow-tracking-uri", uri,
+                        env=env, timeout=180)
+        assert_one_line_error(sweep, f"--mlflow-tracking-uri {uri} did not answer within 3 s")
+        assert time.monotonic() - start < 150  # two starts of a CLI (and a Ray) within it
+    finally:
+        silent.close()
