@@ -1,5 +1,6 @@
 """The tests' shared helpers, in one place: a test module imports them from here, never from
 another test module or from conftest.py (which holds pytest's hooks and fixtures only)."""
+import fnmatch
 import json
 import os
 import signal
@@ -361,3 +362,21 @@ def assert_each_number_once(record: dict, trial: dict | None = None) -> None:
         assert not a & b, a & b
     if trial is not None:
         assert not set(trial) & (made | set(seen) | set(given) | {"placement", "observed"})
+
+
+def aws_worker_may_write(key: str) -> bool:
+    """Whether cluster/aws-worker-policy.json lets the workers' role put object `key` of the
+    sweep bucket, by IAM's rules: an explicit Deny wins over any Allow, and an ARN's `*`
+    matches across `/`."""
+    policy = json.loads((Path(REPO) / "cluster" / "aws-worker-policy.json").read_text())
+    arn = f"arn:aws:s3:::YOUR-BUCKET/{key}"
+
+    def matching(effect: str) -> bool:
+        for st in policy["Statement"]:
+            actions = [st["Action"]] if isinstance(st["Action"], str) else st["Action"]
+            resources = [st["Resource"]] if isinstance(st["Resource"], str) else st["Resource"]
+            if st["Effect"] == effect and "s3:PutObject" in actions and any(
+                    fnmatch.fnmatchcase(arn, r) for r in resources):
+                return True
+        return False
+    return matching("Allow") and not matching("Deny")

@@ -33,7 +33,7 @@ import yaml
 
 from distppo.testing.ports import free_ports
 
-from helpers import REPO
+from helpers import REPO, aws_worker_may_write
 
 VENV_BIN = os.path.dirname(sys.executable)
 RAY = os.path.join(VENV_BIN, "ray")
@@ -293,10 +293,26 @@ def test_aws_roles_pass_the_workers_role_and_keep_to_the_bucket():
     worker = json.loads((CLUSTER / "aws-worker-policy.json").read_text())["Statement"]
     passes = [st for st in head if "iam:PassRole" in st["Action"]]
     assert [st["Resource"] for st in passes] == ["arn:aws:iam::123456789012:role/distppo-sweeps"]
+    # the one Deny: the workers may not write Tune's pickled state, which a --resume unpickles
+    # on the head (a real sweep's files against it: test_sweep.py, crashed trial)
+    denies = [st for st in head + worker if st["Effect"] == "Deny"]
+    assert [st["Sid"] for st in denies] == ["NoWritesToTunesPickledState"]
+    assert denies[0] in worker and denies[0]["Action"] == ["s3:PutObject", "s3:DeleteObject"]
+    for key in ("sweeps/s/tuner.pkl", "sweeps/s/experiment_state-2026-12-07_20-31-51.json",
+                "sweeps/s/basic-variant-state-2026-12-07_20-31-51.json",
+                "sweeps/s/Pong-v5__ppo__1/params.pkl", "sweeps/s/Pong-v5__ppo__1/error.pkl"):
+        assert not aws_worker_may_write(key), key
+    for key in ("sweeps/s/runs/Pong-v5__ppo__1/000016/checkpoints/ckpt_000016.pt",
+                "sweeps/s/faults/Pong-v5__ppo__1/trial_restarts.1.1.2.a.json",
+                "sweeps/s/Pong-v5__ppo__1/checkpoint_000003/run_copy.json"):
+        assert aws_worker_may_write(key), key
     for statements in (head, worker):
         for st in statements:
             actions = [st["Action"]] if isinstance(st["Action"], str) else st["Action"]
             resources = [st["Resource"]] if isinstance(st["Resource"], str) else st["Resource"]
+            if st["Effect"] == "Deny":
+                assert all(r.startswith("arn:aws:s3:::YOUR-BUCKET/") for r in resources), st
+                continue
             assert st["Effect"] == "Allow" and "*" not in actions, st
             assert not any(a in ("s3:*", "ec2:*", "iam:*") for a in actions), st
             if any(a.startswith("s3:") for a in actions):

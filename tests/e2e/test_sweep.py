@@ -33,6 +33,7 @@ from helpers import (
     assert_each_number_once,
     assert_engines_agree,
     assert_points,
+    aws_worker_may_write,
     mlflow_metric,
     run_cli,
     wait_for_free_cpus,
@@ -321,6 +322,16 @@ def test_crashed_trial_restarts_from_checkpoint(ray_cluster, tmp_path):
     assert final_trial_json(sweep_dir, "CartPole-v1__ppo__7")["resumed_from"] == [0, 1]
     error = (sweep_dir / "CartPole-v1__ppo__7" / "error.txt").read_text()
     assert "failure injected at iteration 2" in error
+    # cluster/aws-worker-policy.json against the files this sweep wrote: the trials' own files
+    # (run copies, fault logs, Tune's checkpoints of them) are the workers' to write; Tune's
+    # pickled state, which a --resume unpickles on the head, is not
+    keys = [str(p.relative_to(tmp_path)) for p in sweep_dir.rglob("*") if p.is_file()]
+    trials_own = [k for k in keys if k.split("/")[1] in ("runs", "faults")
+                  or "/checkpoint_" in k]
+    tunes_state = [k for k in keys if k.endswith(".pkl") or "experiment_state-" in k]
+    assert trials_own and len(tunes_state) >= 3, keys  # tuner.pkl, params.pkl, error.pkl, ...
+    assert [k for k in trials_own if not aws_worker_may_write(k)] == []
+    assert [k for k in tunes_state if aws_worker_may_write(k)] == []
 
 
 # --- 4. bucket storage: a loopback S3 (moto) and GCS (fake-gcs-server) -------------------------
