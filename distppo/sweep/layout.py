@@ -79,7 +79,7 @@ def filesystem(uri: str, what: str = "--storage",
 def stalls_bounded(fs: pafs.S3FileSystem, stall_s: float) -> pafs.S3FileSystem:
     """The same S3 file system, each attempt of a request given up after `stall_s` seconds
     without a byte (connecting or transferring): with the AWS SDK's defaults, which Arrow keeps,
-    an endpoint that stops answering mid-sweep holds every request for minutes. Arrow's retry
+    an endpoint that stops answering mid-sweep holds each request for over a minute. Arrow's retry
     strategy makes 3 attempts. The settings travel with the file system when it is pickled (Tune
     hands it to every trial) since they are its constructor's own arguments: `__reduce__` is
     how pickling rebuilds it."""
