@@ -37,7 +37,7 @@ def parse(argv, description: str, kinds: tuple, victim_wait_s: float,
     p.add_argument("--iterations", type=int, default=None,
                    help="iterations per trial (default: --per-minute x --minutes, at least "
                         "400, so the sweep outlasts the faults)")
-    p.add_argument("--per-minute", type=float, default=60.0,
+    p.add_argument("--per-minute", type=float, default=30.0,
                    help="iterations the slowest trial makes in a minute of the soak on this "
                         "machine (sizes the default --iterations)")
     p.add_argument("--num-envs", type=int, default=2)
