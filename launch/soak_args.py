@@ -36,7 +36,7 @@ def parse(argv, description: str, kinds: tuple, victim_wait_s: float,
                    help="CPUs the soak's Ray head advertises (without --nodes)")
     p.add_argument("--iterations", type=int, default=None,
                    help="iterations per trial (default: --per-minute x --minutes, at least "
-                        "400, so the sweep outlasts the faults)")
+                        "100, so the sweep lasts about as long as the faults)")
     p.add_argument("--per-minute", type=float, default=30.0,
                    help="iterations the slowest trial makes in a minute of the soak on this "
                         "machine (sizes the default --iterations)")
@@ -73,7 +73,7 @@ def parse(argv, description: str, kinds: tuple, victim_wait_s: float,
     args.out = os.path.abspath(args.out)
     args.storage = args.storage or args.out
     if args.iterations is None:
-        args.iterations = max(400, math.ceil(args.per_minute * args.minutes))
+        args.iterations = max(100, math.ceil(args.per_minute * args.minutes))
     if "node" in args.kinds and args.nodes < 1 and "--kinds" in (argv or sys.argv):
         p.error("--kinds node needs worker nodes: give --nodes 1 or more")
     return args
