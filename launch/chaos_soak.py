@@ -118,7 +118,9 @@ class Soak:
         self.cluster = None
         self.kills: Counter = Counter()
         self.node_trials = 0  # trial processes that went with the removed nodes
-        self.copies_seen: dict = {}  # (trial id, iteration) -> resumed_from of that copy
+        # (trial id, iteration, attempt) -> resumed_from of that copy: an attempt that re-made
+        # an iteration an earlier one made is a copy of its own
+        self.copies_seen: dict = {}
         self.missed: Counter = Counter()  # faults that found no process of their kind alive
         self.seen_done: dict = {}  # trial id -> when its last iteration was first seen
         kinds = self.kinds()
@@ -222,7 +224,7 @@ class Soak:
         reached which iteration; the audit checks every resume against it."""
         try:
             for trial, iteration, resumed_from in self.store.copies():
-                self.copies_seen.setdefault((trial, iteration), resumed_from)
+                self.copies_seen[trial, iteration, len(resumed_from)] = resumed_from
         except (OSError, ValueError):  # a listing that met a pruning: the next one sees it
             pass
 
@@ -284,7 +286,7 @@ class Soak:
             self.node_trials += int(words[6]) if words[2] == "node" else 0
         seen = Path(self.args.out) / "copies.json"  # the copies the soak saw while it ran
         if seen.exists():
-            self.copies_seen = {(t, i): r for t, i, r in json.loads(seen.read_text())}
+            self.copies_seen = {(t, i, len(r)): r for t, i, r in json.loads(seen.read_text())}
         return self.audit(0, [])
 
     def run(self) -> int:
@@ -373,9 +375,10 @@ class Soak:
             all(c <= k for c, k in zip(counted, killed))
         never = [k for k in self.kinds() if not self.kills[k]]
         late = time.time() > self.deadline
-        resumes, behind = resumes_behind(self.copies_seen)
+        copies = sorted([t, i, r] for (t, i, _), r in self.copies_seen.items())
+        resumes, behind = resumes_behind(copies)
         with open(Path(self.args.out) / "copies.json", "w") as f:  # the evidence, for a reader
-            json.dump(sorted([t, i, r] for (t, i), r in self.copies_seen.items()), f)
+            json.dump(copies, f)
         ok = (rc == 0 and not any(checks.values()) and not left and counts_ok and not never
               and not late and not behind)
         text = self.table(counted, give_ups, resumes, behind, never, checks, rc, trials,

@@ -37,18 +37,18 @@ def counted_faults(iterations: list, trials: list, errors: list) -> tuple[int, i
     return runner, learner + give_ups, trial - give_ups, give_ups
 
 
-def resumes_behind(copies: dict) -> tuple[int, list[str]]:
+def resumes_behind(copies: list) -> tuple[int, list[str]]:
     """(resumes, those that started behind): every resume a run copy shows, and those that
     started from an older copy than the newest one an earlier attempt of the trial had made.
 
-    copies: {(trial id, iteration): resumed_from} of every copy seen; resumed_from lists the
+    copies: (trial id, iteration, resumed_from) of every copy seen; resumed_from lists the
     copy iteration each attempt started from (0: none), so a copy of attempt k has k + 1
     entries. A resume from the newest copy re-runs fewer iterations than the checkpoint
     interval (the attempt before made no copy after it); one that started behind it, or
     from 0 after a copy existed, re-runs more: that is what this counts."""
     newest: dict = {}  # trial -> {attempt: the highest copy iteration it made}
     final: dict = {}  # trial -> the longest resumed_from seen
-    for (trial, iteration), started in copies.items():
+    for trial, iteration, started in copies:
         attempt = len(started) - 1
         made = newest.setdefault(trial, {})
         made[attempt] = max(made.get(attempt, 0), iteration)
