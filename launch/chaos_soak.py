@@ -2,24 +2,36 @@
 """Chaos soak: a sweep of CartPole and Atari trials while SIGKILLs land at random moments.
 
     python launch/chaos_soak.py --minutes 20 --seed 0 --out /tmp/soak   # docs/reliability.md
+    python launch/chaos_soak.py --minutes 15 --seed 11 --out /tmp/soak-s3 \
+        --storage s3://soak-bucket/sweeps --nodes 2          # a bucket and worker nodes
 
 For --minutes it SIGKILLs, at random intervals (seeded), one of: an env runner, a learner, a
-trial's process, or the sweep's driver (then it resumes the sweep with --resume, as an operator
-would). Then it lets the sweep finish, audits every Parquet row and checks that no process of
-the sweep is left:
+trial's process, the sweep's driver (then it resumes the sweep with --resume, as an operator
+would; on a bucket with --force-unlock, the lease outliving its killed holder), or with --nodes
+a worker node (its whole process tree: `ray start`, raylet, agents, workers; a fresh node then
+joins, soak_cluster.py). --storage puts the sweep in a bucket, on a loopback emulator the soak
+starts (soak_store.py), and every read below goes through the bucket. Then it lets the sweep
+finish, audits every Parquet row and checks that no process of the sweep is left:
 
 - iterations.parquet: every trial done, iterations 1..N once each (no gap, no duplicate),
   global_step = iteration x num_envs x num_steps exactly;
 - the faults the product counts, each equal to the kills: env-runner restarts
   (`runner_restarts`, per run) and runner kills; learner recoveries (`learner_recoveries`, per
-  run) and learner kills; trial restarts (trials.parquet `restarts`) and trial-process kills.
-  A driver kill stops its trials without failing them: their resume is no trial restart.
-  Counts survive roll-backs through each run's fault log (telemetry/faultlog.py). A learner
-  death past MAX_LEARNER_RECOVERIES in one trial process (core/loop.py) fails the trial, and
-  Tune restarts it: that kill is counted once, as a trial restart whose error (the trial's
-  error.txt) is the learners' give-up, so the audit books it as the learner kill it is.
-  `--counts at-most` accepts fewer counted than killed; `--audit-only` audits a finished soak
-  folder again;
+  run) and learner kills; trial restarts (trials.parquet `restarts`) and trial-process kills,
+  those on removed nodes included: a trial is one STRICT_PACK placement group, so its whole
+  attempt goes with the node, and Tune restarts it as after any failure (a node Ray was not
+  told is preempted; --max-failures is the soak's 1000). A driver kill stops its trials
+  without failing them: their resume is no trial restart. Counts survive roll-backs through
+  each run's fault log (telemetry/faultlog.py). A learner death past MAX_LEARNER_RECOVERIES
+  in one trial process (core/loop.py) fails the trial, and Tune restarts it: that kill is
+  counted once, as a trial restart whose error (the trial's error.txt) is the learners'
+  give-up, so the audit books it as the learner kill it is. `--counts at-most` accepts fewer
+  counted than killed; `--audit-only` audits a finished soak folder again (on a bucket: one
+  an endpoint still holds, given by AWS_ENDPOINT_URL / STORAGE_EMULATOR_HOST);
+- every resume started from its trial's newest run copy, so it re-ran fewer iterations than
+  the checkpoint interval: each copy's trial.json lists the copy every attempt started from
+  (`resumed_from`), and the soak notes every copy while the sweep runs (copies.json), so a
+  resume from an older copy, or from 0 after a copy existed, fails the audit;
 - every kind of fault asked for was injected at least once: a kind whose process title stops
   matching (TITLES) would otherwise kill nothing, silently;
 - no process carrying the soak's marker (its environment) runs afterwards.
@@ -39,39 +51,44 @@ past it the head is stopped and the soak fails.
 
 It prints a Markdown table (also written to <out>/soak.md) and exits 0 when the audit passes.
 The sweep runs on a Ray head of its own (`ray start --head --block` on loopback, random ports),
-which the drivers join as a Ray job's driver does; a killed driver takes its trials down with
-it (they are its actors). The head is stopped at the end, and then nothing may be left.
+CPU-less with --nodes so the trials land on the worker nodes, which the drivers join as a Ray
+job's driver does; a killed driver takes its trials down with it (they are its actors). The
+head is stopped at the end, and then nothing may be left.
 """
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import random
-import re
 import secrets
-import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections import Counter
 from pathlib import Path
 
 import psutil
-import pyarrow.parquet as pq
 
-from distppo.testing.ports import free_ports
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from soak_args import parse  # noqa: E402
+from soak_audit import counted_faults, markdown, resumes_behind, row_checks  # noqa: E402
+from soak_cluster import SoakCluster  # noqa: E402
+from soak_store import SoakStore  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 MARKER = "DISTPPO_CHAOS_SOAK"
+NAME = "soak"  # the sweep's name in its storage
 # Process titles Ray gives actor processes: ray::<Class>.<method> (or ray::<Class> when idle).
 TITLES = {"runner": "ray::EnvRunner", "learner": "ray::Learner", "trial": "ray::ImplicitFunc"}
-KINDS = ("runner", "learner", "trial", "driver")
-WEIGHTS = (4, 2, 2, 1)
+KINDS = ("runner", "learner", "trial", "driver", "node")
+WEIGHTS = (4, 2, 2, 1, 1)
+COPIES_EVERY_S = 2.0  # how often the soak notes the run copies in the storage
+CHECKPOINT_EVERY = 2  # the sweep's --checkpoint-every: a resume may re-run at most this many
 VICTIM_WAIT_S = 60.0  # --each-kind: how long a chosen kind may have no process to kill
-# The error Tune records when a trial process gave up on its learners (core/loop.py)
-GIVE_UP = re.compile(r"LearnerFailure: learners died \d+ times; giving up$", re.M)
 TAIL_GRACE_S = 30.0  # a trial's processes outlive its last row by its final checkpoint + teardown
 
 
@@ -80,10 +97,11 @@ def sweep_args(args: argparse.Namespace) -> list[str]:
     steps = args.num_envs * args.num_steps
     return ["sweep", "--games", *games, "--seeds", *map(str, args.seeds), "--backend", "gym",
             "--num-envs", str(args.num_envs), "--num-steps", str(args.num_steps),
-            "--num-minibatches", "2", "--update-epochs", "1", "--checkpoint-every", "2",
+            "--num-minibatches", "2", "--update-epochs", "1",
+            "--checkpoint-every", str(CHECKPOINT_EVERY),
             "--total-timesteps", str(steps * args.iterations), "--max-failures", "1000",
             "--trial-cpus", "0.25", "--runner-cpus", "0.25", "--learner-cpus", "0.25",
-            "--outputs-every-s", "5", "--storage", str(args.out), "--name", "soak"]
+            "--outputs-every-s", "5", "--storage", args.storage, "--name", NAME]
 
 
 class Soak:
@@ -96,11 +114,16 @@ class Soak:
                          "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "token",
                          "RAY_AUTH_TOKEN": secrets.token_hex(32)})
         self.env.pop("RAY_AUTH_TOKEN_PATH", None)
-        self.head = None
+        self.store = SoakStore(args.storage, NAME, self.env)
+        self.cluster = None
         self.kills: Counter = Counter()
+        self.node_trials = 0  # trial processes that went with the removed nodes
+        # (trial id, iteration, attempt) -> resumed_from of that copy: an attempt that re-made
+        # an iteration an earlier one made is a copy of its own
+        self.copies_seen: dict = {}
         self.missed: Counter = Counter()  # faults that found no process of their kind alive
         self.seen_done: dict = {}  # trial id -> when its last iteration was first seen
-        kinds = [k for k in KINDS if k in args.kinds]
+        kinds = self.kinds()
         self.first: list[str] = []  # --each-kind: the first faults' kinds
         if args.each_kind:  # a seeded order, the driver last (its resume restarts every trial)
             others = [k for k in kinds if k != "driver"]
@@ -110,37 +133,34 @@ class Soak:
         self.log = open(Path(args.out) / "driver.log", "a")
         self.starts = 0
 
-    def start_head(self) -> None:
-        gcs, client, agent, metrics = free_ports(4)
-        self.temp = f"/tmp/rsoak-{self.marker[:8]}"  # short: Ray's socket paths live under it
-        ray = os.path.join(os.path.dirname(sys.executable), "ray")
-        self.head = subprocess.Popen(
-            [ray, "start", "--head", "--block", "--disable-usage-stats",
-             f"--num-cpus={self.args.cpus}", "--num-gpus=0", "--node-ip-address=127.0.0.1",
-             f"--port={gcs}", f"--ray-client-server-port={client}",
-             f"--dashboard-agent-listen-port={agent}", f"--metrics-export-port={metrics}",
-             "--include-dashboard=false", f"--temp-dir={self.temp}"],
-            env=self.env, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
-        self.env["RAY_ADDRESS"] = f"127.0.0.1:{gcs}"
-        probe = [sys.executable, "-c", "import ray; ray.init(); ray.shutdown()"]
-        deadline = time.time() + 180
-        while subprocess.run(probe, env=self.env, capture_output=True, timeout=120).returncode:
-            if time.time() > deadline or self.head.poll() is not None:
-                raise SystemExit("chaos_soak: the Ray head did not start (see driver.log)")
-            time.sleep(2)
+    def kinds(self) -> list[str]:
+        """The kinds asked for; a node can be removed only where there are worker nodes."""
+        return [k for k in KINDS if k in self.args.kinds and (k != "node" or self.args.nodes)]
 
-    def stop_head(self) -> None:
-        self.head.send_signal(signal.SIGTERM)  # `ray start --block` stops what it started
-        try:
-            self.head.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            self.head.kill()
-        shutil.rmtree(self.temp, ignore_errors=True)
+    def start_ray(self) -> None:
+        """The soak's Ray: a head (CPU-less where worker nodes hold the trials) and --nodes
+        worker nodes; the storage's emulator first, its variables for every process."""
+        self.env.update(self.store.start())
+        # short: Ray's socket paths live under it
+        temp = f"/tmp/rsoak-{self.marker[:8]}"
+        self.cluster = SoakCluster(self.env, temp, self.log,
+                                   0 if self.args.nodes else self.args.cpus, self.args.node_cpus)
+        self.cluster.start_head()
+        for _ in range(self.args.nodes):
+            self.cluster.add_node()
+
+    def stop_ray(self) -> None:
+        if self.cluster is not None:
+            self.cluster.stop()
 
     def start_driver(self) -> None:
         argv = sweep_args(self.args)
         if self.starts:
-            argv = ["sweep", "--storage", str(self.args.out), "--name", "soak", "--resume"]
+            argv = ["sweep", "--storage", self.args.storage, "--name", NAME, "--resume"]
+            if "://" in self.args.storage:
+                # A bucket's lease outlives a killed driver by its TTL; this one is known dead
+                # (waited for), as an operator who saw it end would say with --force-unlock.
+                argv.append("--force-unlock")
         self.starts += 1
         self.driver = subprocess.Popen([sys.executable, "-m", "distppo", *argv], cwd=REPO,
                                        env=self.env, stdout=self.log, stderr=subprocess.STDOUT,
@@ -162,15 +182,16 @@ class Soak:
     def choose(self) -> str:
         if self.first:
             return self.first.pop(0)
-        kinds = [k for k in KINDS if k in self.args.kinds]
+        kinds = self.kinds()
         return self.rng.choices(kinds, [w for k, w in zip(KINDS, WEIGHTS) if k in kinds])[0]
 
     def trial_progress(self) -> dict:
         """{trial id: the fraction of its iterations written} ({} before any row)."""
         try:
-            table = pq.read_table(Path(self.args.out) / "soak" / "iterations.parquet",
-                                  columns=["trial_id", "iteration"])
-        except (OSError, KeyError):  # not written yet, or being replaced right now
+            table = self.store.iterations(columns=["trial_id", "iteration"])
+        # not written yet, or replaced right now (on a bucket a read that spans a replacement
+        # finds no Parquet footer where the older object had it: ArrowInvalid, a ValueError)
+        except (OSError, KeyError, ValueError):
             return {}
         out: dict = {}
         for tid, it in zip(table["trial_id"].to_pylist(), table["iteration"].to_pylist()):
@@ -198,6 +219,15 @@ class Soak:
         while self.in_tail() and time.time() < until and self.driver.poll() is None:
             time.sleep(1)
 
+    def watch_copies(self) -> None:
+        """Note each run copy now in the storage: which attempt (len of its resumed_from)
+        reached which iteration; the audit checks every resume against it."""
+        try:
+            for trial, iteration, resumed_from in self.store.copies():
+                self.copies_seen[trial, iteration, len(resumed_from)] = resumed_from
+        except (OSError, ValueError):  # a listing that met a pruning: the next one sees it
+            pass
+
     def victims(self, kind: str) -> list[psutil.Process]:
         wait_until = time.time() + (VICTIM_WAIT_S if self.args.each_kind else 0.0)
         while not (found := self.processes(TITLES[kind])) and time.time() < wait_until:
@@ -216,6 +246,12 @@ class Soak:
                 time.sleep(1)
             self.start_driver()
             return
+        if kind == "node":
+            pid, trials = self.cluster.remove_node(self.rng, TITLES["trial"])
+            self.kills[kind] += 1
+            self.node_trials += trials
+            self.record(kind, pid, f" trials {trials}")
+            return
         victims = self.victims(kind)
         if victims:
             victim = self.rng.choice(sorted(victims, key=lambda p: p.pid))
@@ -230,9 +266,9 @@ class Soak:
         if self.args.each_kind and not self.kills[kind]:
             self.first.insert(0, kind)  # asked again at the next fault
 
-    def record(self, kind: str, pid: int) -> None:
+    def record(self, kind: str, pid: int, more: str = "") -> None:
         with open(Path(self.args.out) / "faults.log", "a") as f:
-            f.write(f"{time.strftime('%H:%M:%S')} SIGKILL {kind} pid {pid}\n")
+            f.write(f"{time.strftime('%H:%M:%S')} SIGKILL {kind} pid {pid}{more}\n")
 
     def wait_until_gone(self, timeout: float) -> list:
         deadline = time.time() + timeout
@@ -244,21 +280,52 @@ class Soak:
         """--audit-only: audit the soak already in --out again, its kills read from its
         faults.log; processes left and faults that found no process are its own table's."""
         for line in (Path(self.args.out) / "faults.log").read_text().splitlines():
-            _, _, kind, _, _ = line.split()  # HH:MM:SS SIGKILL <kind> pid <pid>
-            self.kills[kind] += 1
+            # HH:MM:SS SIGKILL <kind> pid <pid> [trials <trial processes on the node>]
+            words = line.split()
+            self.kills[words[2]] += 1
+            self.node_trials += int(words[6]) if words[2] == "node" else 0
+        seen = Path(self.args.out) / "copies.json"  # the copies the soak saw while it ran
+        if seen.exists():
+            self.copies_seen = {(t, i, len(r)): r for t, i, r in json.loads(seen.read_text())}
         return self.audit(0, [])
 
     def run(self) -> int:
-        self.start_head()
         try:
-            rc, actors = self.soak()
+            self.start_ray()
+            try:
+                rc, actors = self.soak()
+            finally:
+                if self.driver is not None and self.driver.poll() is None:
+                    self.driver.kill()  # the soak failed: its driver goes with it
+                    self.driver.wait(timeout=60)
+                self.stop_ray()
+            left = self.wait_until_gone(120)
+            return self.audit(rc, actors + left)
         finally:
-            self.stop_head()
-        left = self.wait_until_gone(120)
-        return self.audit(rc, actors + left)
+            if self.store.stop:  # after the audit: on a bucket the emulator holds the sweep
+                self.store.stop()
+
+    def watching(self, stop: threading.Event) -> None:
+        """watch_copies every COPIES_EVERY_S until `stop`: a copy that pruning removes
+        before the audit is still known to have been made."""
+        while not stop.wait(COPIES_EVERY_S):
+            self.watch_copies()
 
     def soak(self) -> tuple[int, list]:
+        stop = threading.Event()
+        watcher = threading.Thread(target=self.watching, args=(stop,), daemon=True)
+        watcher.start()
+        try:
+            return self.faults_then_finish()
+        finally:
+            stop.set()
+            watcher.join(timeout=120)
+
+    def faults_then_finish(self) -> tuple[int, list]:
         self.start_driver()
+        while self.progress() < self.args.start_at_progress and self.driver.poll() is None \
+                and time.time() < self.deadline:
+            time.sleep(1)
         end = time.time() + 60 * self.args.minutes
 
         def injecting() -> bool:  # --each-kind's first faults all come, past --minutes too
@@ -290,114 +357,70 @@ class Soak:
         return rc, actors
 
     def audit(self, rc: int, left: list) -> int:
-        out = Path(self.args.out) / "soak"
         try:
-            iterations = pq.read_table(out / "iterations.parquet").to_pylist()
-            trials = pq.read_table(out / "trials.parquet").to_pylist()
-        except OSError as exc:  # the sweep never got far: nothing to audit is a failure
+            iterations = self.store.iterations().to_pylist()
+            trials = self.store.trials().to_pylist()
+            errors = self.store.error_texts()
+            self.watch_copies()
+        except Exception as exc:  # noqa: BLE001 - nothing to audit (or no storage) fails it
             print(f"chaos_soak: no outputs to audit ({exc}); see {self.args.out}/driver.log")
             return 1
-        per_iter = self.args.num_envs * self.args.num_steps
-        keys = [(r["trial_id"], r["iteration"]) for r in iterations]
-        expected = {(t["trial_id"], i) for t in trials for i in range(1, self.args.iterations + 1)}
-        duplicates = len(keys) - len(set(keys))
-        missing = len(expected - set(keys))
-        wrong_step = sum(r["global_step"] != r["iteration"] * per_iter for r in iterations)
-        not_done = sum(t["status"] != "done" for t in trials)
-        last: dict = {}  # per trial, the highest value of each cumulative counter
-        for r in iterations:
-            for column in ("runner_restarts", "learner_recoveries"):
-                key = (r["trial_id"], column)
-                last[key] = max(last.get(key, 0), r[column])
-        runner_counted = sum(v for (_, c), v in last.items() if c == "runner_restarts")
-        learner_counted = sum(v for (_, c), v in last.items() if c == "learner_recoveries")
-        trial_counted = sum(t["restarts"] for t in trials)
-        # A learner death past MAX_LEARNER_RECOVERIES in one trial process fails the trial, and
-        # Tune restarts it: that kill is counted once, as a trial restart whose error is the
-        # learners' give-up (the sweep's --max-failures 1000 restarts every failed trial).
-        give_ups = sum(len(GIVE_UP.findall(path.read_text(errors="replace")))
-                       for path in out.glob("*/error.txt"))
-        learner_counted, trial_counted = learner_counted + give_ups, trial_counted - give_ups
-        counted = (runner_counted, learner_counted, trial_counted)
-        killed = (self.kills["runner"], self.kills["learner"], self.kills["trial"])
+        checks = row_checks(iterations, trials, self.args.iterations,
+                            self.args.num_envs * self.args.num_steps)
+        *counted, give_ups = counted_faults(iterations, trials, errors)
+        # a removed node takes its trials' processes: one Tune restart for each
+        killed = [self.kills["runner"], self.kills["learner"],
+                  self.kills["trial"] + self.node_trials]
         counts_ok = counted == killed if self.args.counts == "exact" else \
             all(c <= k for c, k in zip(counted, killed))
-        never = [k for k in KINDS if k in self.args.kinds and not self.kills[k]]
+        never = [k for k in self.kinds() if not self.kills[k]]
         late = time.time() > self.deadline
-        ok = (rc == 0 and not duplicates and not missing and not wrong_step and not not_done
-              and not left and counts_ok and not never and not late)
-        rows = [
-            ("faults injected", sum(self.kills.values())),
-            ("env runners killed / runner_restarts counted",
-             f"{self.kills['runner']} / {runner_counted}"),
-            ("learners killed / learner_recoveries counted",
-             f"{self.kills['learner']} / {learner_counted}"
-             + (f" ({give_ups} of them the learners' give-up, restarted as its trial)"
-                if give_ups else "")),
-            ("trial processes killed / trial restarts counted",
-             f"{self.kills['trial']} / {trial_counted}"),
-            ("drivers killed and resumed", self.kills["driver"]),
-            ("kinds never killed", ", ".join(never) or "none"),
-            ("faults that found no process to kill", sum(self.missed.values())),
-            ("faults survived (sweep finished, every trial done)",
-             sum(self.kills.values()) if not not_done and rc == 0 else "no"),
-            ("trials", len(trials)),
-            ("rows audited", len(iterations)),
-            ("rows lost", missing), ("rows duplicated", duplicates),
-            ("rows with a wrong global_step", wrong_step),
-            ("processes left", len(left)),
-            ("past the deadline", "yes" if late else "no"),
-        ]
-        table = "| check | value |\n|---|---|\n" + "".join(f"| {k} | {v} |\n" for k, v in rows)
-        command = "python launch/chaos_soak.py " + " ".join(sys.argv[1:])
-        text = (f"{command}\n\n{table}\nresult: {'PASS' if ok else 'FAIL'} (fault counts "
-                f"{'equal to' if self.args.counts == 'exact' else 'at most'} the kills)\n")
+        copies = sorted([t, i, r] for (t, i, _), r in self.copies_seen.items())
+        resumes, behind = resumes_behind(copies)
+        with open(Path(self.args.out) / "copies.json", "w") as f:  # the evidence, for a reader
+            json.dump(copies, f)
+        ok = (rc == 0 and not any(checks.values()) and not left and counts_ok and not never
+              and not late and not behind)
+        text = self.table(counted, give_ups, resumes, behind, never, checks, rc, trials,
+                          iterations, left, late, ok)
         (Path(self.args.out) / "soak.md").write_text(text)
         print(text)
         return 0 if ok else 1
 
+    def table(self, counted, give_ups, resumes, behind, never, checks, rc, trials, iterations,
+              left, late, ok) -> str:
+        kills = self.kills
+        rows = [
+            ("faults injected", sum(kills.values())),
+            ("env runners killed / runner_restarts counted", f"{kills['runner']} / {counted[0]}"),
+            ("learners killed / learner_recoveries counted", f"{kills['learner']} / {counted[1]}"
+             + (f" ({give_ups} of them the learners' give-up, restarted as its trial)"
+                if give_ups else "")),
+            ("trial processes killed / trial restarts counted",
+             f"{kills['trial']} / {counted[2]}" if not self.args.nodes else
+             f"{kills['trial']} + {self.node_trials} on removed nodes / {counted[2]}"),
+            ("drivers killed and resumed", kills["driver"]),
+            *([("worker nodes removed (and replaced)", kills["node"])] if self.args.nodes else []),
+            ("resumes seen in run copies / from an older copy than the trial's newest",
+             f"{resumes} / {len(behind)}" + (f" ({', '.join(behind[:5])})" if behind else "")),
+            ("kinds never killed", ", ".join(never) or "none"),
+            ("faults that found no process to kill", sum(self.missed.values())),
+            ("faults survived (sweep finished, every trial done)",
+             sum(kills.values()) if not checks["not_done"] and rc == 0 else "no"),
+            ("trials", len(trials)),
+            ("rows audited", len(iterations)),
+            ("rows lost", checks["missing"]), ("rows duplicated", checks["duplicates"]),
+            ("rows with a wrong global_step", checks["wrong_step"]),
+            ("processes left", len(left)),
+            ("past the deadline", "yes" if late else "no"),
+        ]
+        command = "python launch/chaos_soak.py " + " ".join(sys.argv[1:])
+        return (f"{command}\n\n{markdown(rows)}\nresult: {'PASS' if ok else 'FAIL'} (fault "
+                f"counts {'equal to' if self.args.counts == 'exact' else 'at most'} the kills)\n")
+
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--minutes", type=float, default=20.0, help="how long faults are injected")
-    p.add_argument("--seed", type=int, default=0, help="seed of the fault schedule")
-    p.add_argument("--out", required=True, help="folder for the sweep (<out>/soak) and logs")
-    p.add_argument("--atari", nargs="*", default=["Pong-v5", "Breakout-v5"],
-                   help="Atari games of the sweep (beside CartPole-v1 and Acrobot-v1)")
-    p.add_argument("--games", nargs="+", default=None,
-                   help="the sweep's games instead of CartPole-v1, Acrobot-v1 and --atari "
-                        "(games of one speed end together: --stop-at-progress then gates "
-                        "them all alike)")
-    p.add_argument("--seeds", nargs="+", type=int, default=[1, 2])
-    p.add_argument("--cpus", type=int, default=4, help="CPUs the soak's Ray head advertises")
-    p.add_argument("--iterations", type=int, default=400, help="iterations per trial")
-    p.add_argument("--num-envs", type=int, default=2)
-    p.add_argument("--num-steps", type=int, default=32)
-    p.add_argument("--min-gap", type=float, default=5.0, help="fewest seconds between faults")
-    p.add_argument("--max-gap", type=float, default=30.0, help="most seconds between faults")
-    p.add_argument("--kinds", nargs="+", choices=KINDS, default=list(KINDS),
-                   help="what is killed")
-    p.add_argument("--counts", choices=("exact", "at-most"), default="exact",
-                   help="exact: every kill counted once (the default); at-most: no fault counted "
-                        "that was not injected")
-    p.add_argument("--finish-minutes", type=float, default=30.0,
-                   help="how long the sweep may take to finish after the faults")
-    p.add_argument("--each-kind", action="store_true",
-                   help="the first faults are one of each kind (seeded order), each waiting up "
-                        f"to {VICTIM_WAIT_S:.0f} s for a process to kill")
-    p.add_argument("--stop-at-progress", type=float, default=float("inf"),
-                   help="end the faults once a trial is past this fraction of its iterations "
-                        "(default: never; they end after --minutes or with the sweep)")
-    p.add_argument("--quiet-tail", type=float, default=0.95,
-                   help="no fault while a trial is past this fraction of its iterations and "
-                        f"until {TAIL_GRACE_S:.0f} s after its last (its processes end anyway)")
-    p.add_argument("--deadline-minutes", type=float, default=240.0,
-                   help="the whole soak's limit: past it the sweep is stopped and the soak fails")
-    p.add_argument("--audit-only", action="store_true",
-                   help="audit the soak already in --out again (give its --iterations, "
-                        "--num-envs and --num-steps if not the defaults); starts nothing")
-    args = p.parse_args(argv)
-    os.makedirs(args.out, exist_ok=True)
+    args = parse(argv, __doc__.splitlines()[0], KINDS, VICTIM_WAIT_S, TAIL_GRACE_S)
     soak = Soak(args)
     return soak.reaudit() if args.audit_only else soak.run()
 
