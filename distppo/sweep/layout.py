@@ -16,9 +16,11 @@ Shared by the writer (the sweep driver and its trials) and the readers (`distppo
 """
 from __future__ import annotations
 
+import json
 import os
+import time
 import urllib.parse
-from typing import Optional
+from typing import Callable, Optional, TypeVar
 
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -41,6 +43,9 @@ GCS_RETRY_LIMIT_S = 60
 # command gives up in one line, and the longest stall of each later S3 request attempt;
 # DISTPPO_STORAGE_TIMEOUT_S lets a slow private endpoint have longer.
 ANSWER_TIMEOUT_S = 20.0
+# read_object's tries: enough that a writer replacing the object without pause (trials.parquet
+# in a large sweep) does not make every one fail; under a second of pauses in all
+READ_TRIES, READ_PAUSE_S = 10, 0.02
 # What decides where each scheme's requests go and with which credentials.
 WHERE_TO_LOOK = {
     "gs": "STORAGE_EMULATOR_HOST (an emulator or a private endpoint) and the Google credentials",
@@ -125,3 +130,37 @@ def arrow_uri(uri: str) -> str:
 def first_line(exc: BaseException) -> str:
     text = str(exc).strip() or exc.__class__.__name__
     return text.splitlines()[0]
+
+
+T = TypeVar("T")
+
+
+def read_object(fs: pafs.FileSystem, path: str, decode: Callable[[bytes], T]) -> T:
+    """`decode` of the object at `path`, read again while its bytes do not decode.
+
+    Arrow's S3 input stream asks an object's size (HEAD) when it opens and reads that many
+    bytes later (a ranged GET): an object replaced between the two (the lease a driver renews,
+    trials.parquet rewritten) comes back cut short or padded with NULs. No JSON object and no
+    Parquet file decodes from such bytes, so a decode that fails is read again; an object of
+    the same size read whole is the new one. A read that fails (FileNotFoundError, the
+    storage) is not tried again; the last decode error is raised when every try failed."""
+    for attempt in range(READ_TRIES - 1):
+        body = _whole(fs, path)
+        try:
+            return decode(body)
+        except (ValueError, OSError, pa.ArrowException):  # Parquet's bad footer: OSError
+            time.sleep(READ_PAUSE_S * (attempt + 1))
+    return decode(_whole(fs, path))
+
+
+def _whole(fs: pafs.FileSystem, path: str) -> bytes:
+    with fs.open_input_stream(path) as f:
+        return f.readall()
+
+
+def json_object(body: bytes) -> dict:
+    """A JSON object's bytes as a dict ({} for an empty body); ValueError for anything else."""
+    value = json.loads(body or b"{}")
+    if not isinstance(value, dict):
+        raise ValueError(f"not a JSON object: {type(value).__name__}")
+    return value

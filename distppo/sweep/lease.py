@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from typing import Callable, Optional
 
 from distppo.errors import UserError
-from distppo.sweep.layout import first_line
+from distppo.sweep.layout import first_line, json_object, read_object
 from distppo.sweep.objlease import ObjectLease, check_conditions, parse, ttl_of
 from distppo.telemetry.files import NO_LOCK_ERRNOS
 
@@ -194,10 +194,9 @@ class Fence:
 
     def check(self, storage) -> None:
         """LeaseLost unless the sweep's lease is still the one of this generation."""
-        try:
-            with storage.fs.open_input_stream(storage.join(LEASE_NAME)) as f:
-                holder = parse(f.readall())
-        except FileNotFoundError:
+        try:  # read whole: a renewal may replace the object under an Arrow S3 read
+            holder = read_object(storage.fs, storage.join(LEASE_NAME), json_object)
+        except (FileNotFoundError, ValueError):  # gone, or never one holder's whole body
             holder = {}
         if holder.get("owner") != self.token:
             raise LeaseLost(f"sweep {storage.uri}: its lease is no longer this trial's driver's "
@@ -230,10 +229,11 @@ def held(fs, root: str, now: Optional[float] = None) -> Optional[bool]:
             info = fs.get_file_info(path)
             if not info.is_file:
                 return False
-            with fs.open_input_stream(path) as f:
-                holder = parse(f.readall())
+            holder = read_object(fs, path, json_object)
         except FileNotFoundError:
             return False
+        except ValueError:  # not an object lease
+            holder = {}
         except OSError:
             return None
         ttl = ttl_of(holder, LEASE_TTL_S)

@@ -18,7 +18,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from distppo.config import SweepConfig, trial_id
-from distppo.sweep.layout import ITERATIONS_FILE, TRIALS_FILE, first_line
+from distppo.sweep.layout import ITERATIONS_FILE, TRIALS_FILE, first_line, read_object
 from distppo.sweep.states import (
     PREEMPTION,
     RESTART,
@@ -170,9 +170,11 @@ def write_trials(storage: SweepStorage, files: list[TrialFiles], cache: dict) ->
 def recorded_statuses(storage: SweepStorage) -> dict:
     """{trial_id: status} as trials.parquet last said; {} while it is missing or cannot be read
     (not written yet, or being replaced on a bucket)."""
-    try:
-        with storage.fs.open_input_file(storage.join(TRIALS_FILE)) as f:
-            table = pq.read_table(f, columns=["trial_id", "status"])
+    def statuses(body: bytes) -> pa.Table:
+        return pq.read_table(pa.BufferReader(body), columns=["trial_id", "status"])
+
+    try:  # read whole: the driver may replace it under an Arrow S3 read
+        table = read_object(storage.fs, storage.join(TRIALS_FILE), statuses)
     except (OSError, pa.ArrowException, KeyError):
         return {}
     return dict(zip(table.column("trial_id").to_pylist(), table.column("status").to_pylist()))

@@ -30,7 +30,15 @@ from distppo.config import SweepConfig
 from distppo.errors import ConfigError, UserError
 from distppo.placement.sizing import trial_bundles
 from distppo.sweep import lease as sweep_lease
-from distppo.sweep.layout import RUNS, SWEEP_JSON, TRIAL_JSON, filesystem, first_line
+from distppo.sweep.layout import (
+    RUNS,
+    SWEEP_JSON,
+    TRIAL_JSON,
+    filesystem,
+    first_line,
+    json_object,
+    read_object,
+)
 from distppo.sweep.outputs import recorded_statuses
 from distppo.sweep.schedule import lpt_makespan
 from distppo.sweep.states import (
@@ -240,13 +248,13 @@ def _tune_state(fs, root: str) -> dict:
         return {}
     out = {}
     try:
-        data = json.loads(_read_text(fs, states[-1]))
+        data = read_object(fs, states[-1], json_object)  # Tune rewrites it in place
         for entry in data["trial_data"]:
             trial, meta = (json.loads(x) if isinstance(x, str) else x for x in entry[:2])
             c = trial["config"]
             out[(c["env_id"], c["algo"], int(c["seed"]))] = {
                 "status": trial.get("status"), "num_failures": meta.get("num_failures", 0)}
-    except (ValueError, KeyError, TypeError, IndexError):
+    except (OSError, pa.ArrowException, ValueError, KeyError, TypeError, IndexError):
         return {}
     return out
 
@@ -272,14 +280,6 @@ def _mtimes(fs, root: str) -> dict:
 def _mtime(fs, path: str) -> Optional[float]:
     info = fs.get_file_info(path)
     return info.mtime.timestamp() if info.type == pafs.FileType.File and info.mtime else None
-
-
-def _read_text(fs, path: str) -> str:
-    try:
-        with fs.open_input_stream(path) as f:
-            return f.readall().decode("utf-8", "replace")
-    except (OSError, pa.ArrowException):
-        return ""
 
 
 def _recent_sps(rows: list[dict]) -> Optional[float]:
