@@ -19,10 +19,18 @@ import threading
 import urllib.parse
 from typing import Callable, Optional
 
+import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from distppo.sweep.layout import ITERATIONS_FILE, RUNS, TRIAL_JSON, TRIALS_FILE, filesystem
+from distppo.sweep.layout import (
+    ITERATIONS_FILE,
+    RUNS,
+    TRIAL_JSON,
+    TRIALS_FILE,
+    filesystem,
+    read_object,
+)
 
 # Credentials moto accepts (any): distinctive, so a leak into a stored file is easy to find.
 S3_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "AKIDDISTPPOSOAK", "AWS_SECRET_ACCESS_KEY": "distppo-soak",
@@ -105,8 +113,10 @@ class SoakStore:
         return self._fs
 
     def table(self, file: str, columns: Optional[list] = None):
-        return pq.read_table(posixpath.join(self._root(), file), columns=columns,
-                             filesystem=self.fs)
+        def decode(body: bytes):
+            return pq.read_table(pa.BufferReader(body), columns=columns)
+        # read whole, as the product's readers do: the driver replaces it in place
+        return read_object(self.fs, posixpath.join(self._root(), file), decode)
 
     def _root(self) -> str:
         self.fs  # noqa: B018 - opens it and sets root

@@ -24,6 +24,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.fs as pafs
+import pyarrow.parquet as pq
 
 from distppo.config import SweepConfig
 from distppo.errors import UserError
@@ -31,7 +32,7 @@ from distppo.report.references import REFERENCE_STEPS, game_key, game_order
 from distppo.sweep.layout import ITERATIONS_FILE as ITERATIONS
 from distppo.sweep.layout import SWEEP_JSON as SPEC
 from distppo.sweep.layout import TRIALS_FILE as TRIALS
-from distppo.sweep.layout import filesystem, first_line
+from distppo.sweep.layout import filesystem, first_line, read_object
 from distppo.sweep.states import STATES
 from distppo.telemetry.redact import redact
 
@@ -105,18 +106,26 @@ def _read(fs: pafs.FileSystem, path: str, uri: str, what: str, required, optiona
     info = fs.get_file_info(path)
     if info.type == pafs.FileType.NotFound:
         raise UserError(f"{uri} has no {what}: point at a folder written by `distppo sweep`")
+    def columns(names: list[str]) -> list[str]:
+        absent = [c for c in required if c not in names]
+        if absent:
+            raise UserError(f"{uri}/{what} lacks column(s) {', '.join(absent)}: was it written "
+                            "by an older distppo sweep?")
+        return list(required) + [c for c in optional if c in names]
+
+    def decode(body: bytes) -> pa.Table:
+        parquet = pq.ParquetFile(pa.BufferReader(body))
+        return parquet.read(columns=columns(parquet.schema_arrow.names))
+
     try:
-        # A file, or a folder partitioned by algo=/env_id= (the sweep may write either).
-        dataset = ds.dataset(path, filesystem=fs, format="parquet", partitioning="hive")
+        if info.type == pafs.FileType.File:  # a live sweep replaces it in place: read whole
+            table = read_object(fs, path, decode)
+        else:  # a folder partitioned by algo=/env_id=, which the input contract allows
+            dataset = ds.dataset(path, filesystem=fs, format="parquet", partitioning="hive")
+            table = dataset.to_table(columns=columns(dataset.schema.names))
     except (pa.ArrowInvalid, OSError) as exc:
         raise UserError(f"cannot read {uri}/{what}: {first_line(exc)}") from None
-    names = dataset.schema.names
-    absent = [c for c in required if c not in names]
-    if absent:
-        raise UserError(f"{uri}/{what} lacks column(s) {', '.join(absent)}: was it written by an "
-                        "older distppo sweep?")
-    columns = list(required) + [c for c in optional if c in names]
-    df = dataset.to_table(columns=columns).to_pandas()
+    df = table.to_pandas()
     for col in ("env_id", "algo", "backend"):  # hive partition keys arrive as categoricals
         if col in df:
             df[col] = df[col].astype(str)
