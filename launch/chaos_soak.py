@@ -20,7 +20,9 @@ finish, audits every Parquet row and checks that no process of the sweep is left
   run) and learner kills; trial restarts (trials.parquet `restarts`) and trial-process kills,
   those on removed nodes included: a trial is one STRICT_PACK placement group, so its whole
   attempt goes with the node, and Tune restarts it as after any failure (a node Ray was not
-  told is preempted; --max-failures is the soak's 1000). A driver kill stops its trials
+  told is preempted; --max-failures is the soak's 1000); a node goes only once every trial
+  placed on a worker node runs there (soak_cluster.py), so none is in creation, uncounted. A
+  driver kill stops its trials
   without failing them: their resume is no trial restart. Counts survive roll-backs through
   each run's fault log (telemetry/faultlog.py). A learner death past MAX_LEARNER_RECOVERIES
   in one trial process (core/loop.py) fails the trial, and Tune restarts it: that kill is
@@ -189,8 +191,7 @@ class Soak:
         """{trial id: the fraction of its iterations written} ({} before any row)."""
         try:
             table = self.store.iterations(columns=["trial_id", "iteration"])
-        # not written yet, or replaced right now (on a bucket a read that spans a replacement
-        # finds no Parquet footer where the older object had it: ArrowInvalid, a ValueError)
+        # not written yet (a read that spans a replacement is read again: layout.read_object)
         except (OSError, KeyError, ValueError):
             return {}
         out: dict = {}

@@ -9,12 +9,14 @@ vanishes would leave it; a fresh node then joins so the sweep can go on.
 """
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
 import subprocess
 import sys
 import time
+from typing import Optional
 
 import psutil
 
@@ -22,6 +24,22 @@ from distppo.testing.ports import free_ports
 
 RAY = os.path.join(os.path.dirname(sys.executable), "ray")
 START_S = 180.0  # how long a node may take to join (a busy 2-core machine is slow)
+SETTLE_S = 90.0  # how long a node fault waits for every trial placed on a node to have started
+# Each live node's manager port -> how many trial placement groups (Tune's, one per trial: the
+# only ones on this cluster) hold a bundle on it.
+GROUPS_PROBE = """
+import json, ray
+ray.init(logging_level="ERROR")
+ports = {n["NodeID"]: n["NodeManagerPort"] for n in ray.nodes() if n["Alive"]}
+held = {}
+for group in ray.util.placement_group_table().values():
+    if group["state"] == "CREATED":
+        for node in set(group["bundles_to_node_id"].values()):
+            if node in ports:
+                held[ports[node]] = held.get(ports[node], 0) + 1
+print(json.dumps(held))
+ray.shutdown()
+"""
 
 
 class SoakCluster:
@@ -30,6 +48,7 @@ class SoakCluster:
         self.head_cpus, self.node_cpus = head_cpus, node_cpus
         self.head = None
         self.nodes: list[subprocess.Popen] = []
+        self.ports: dict[int, int] = {}  # a node's `ray start` pid -> its node manager port
         self.address = ""
 
     def start_head(self) -> None:
@@ -55,6 +74,7 @@ class SoakCluster:
              f"--metrics-export-port={metrics}", f"--runtime-env-agent-port={runtime_env}",
              f"--node-manager-port={manager}", f"--object-manager-port={objects}"],
             env=self.env, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True))
+        self.ports[self.nodes[-1].pid] = manager
         self.wait_for(1 + len(self.nodes))
 
     def wait_for(self, alive: int) -> None:
@@ -94,15 +114,36 @@ class SoakCluster:
                 pass
         return found
 
+    def groups(self) -> Optional[dict[int, int]]:
+        """{node manager port: trial placement groups on it}; None when Ray did not answer."""
+        try:
+            answer = subprocess.run([sys.executable, "-c", GROUPS_PROBE], env=self.env,
+                                    capture_output=True, text=True, timeout=120)
+            return {int(k): v for k, v in json.loads(answer.stdout.split("\n")[-2]).items()}
+        except (subprocess.TimeoutExpired, ValueError, IndexError):
+            return None
+
+    def settled(self, trial_title: str) -> dict[subprocess.Popen, int]:
+        """{worker node: its trials}, once every trial placed on a node runs there: a node
+        removed while a trial's process is still being created fails that trial too, which
+        no process count would see. Waits up to SETTLE_S, then counts the larger of the two."""
+        deadline = time.time() + SETTLE_S
+        while True:
+            groups = self.groups()
+            running = {n: self.count(self.tree(n), trial_title) for n in self.nodes}
+            placed = {n: (groups or {}).get(self.ports[n.pid], 0) for n in self.nodes}
+            if groups is not None and placed == running or time.time() > deadline:
+                return {n: max(placed[n], running[n]) for n in self.nodes}
+            time.sleep(2)
+
     def remove_node(self, rng, trial_title: str) -> tuple[int, int]:
         """SIGKILL the whole process tree of a random worker node that holds a trial (any
-        node where none does), then add a fresh node: (the `ray start` pid, how many trial
-        processes were on it)."""
-        holding = [n for n in self.nodes if self.count(self.tree(n), trial_title)]
+        node where none does), once no trial is starting, then add a fresh node: (the `ray
+        start` pid, how many trials were on it)."""
+        trials = self.settled(trial_title)
+        holding = [n for n in self.nodes if trials[n]]
         node = rng.choice(sorted(holding or self.nodes, key=lambda n: n.pid))
-        tree = self.tree(node)
-        trials = self.count(tree, trial_title)
-        for proc in tree:  # all at once: nothing of the node outlives it to clean up
+        for proc in self.tree(node):  # all at once: nothing of the node outlives it to clean up
             try:
                 proc.send_signal(signal.SIGKILL)
             except psutil.NoSuchProcess:
@@ -110,7 +151,7 @@ class SoakCluster:
         node.wait(timeout=60)
         self.nodes.remove(node)
         self.add_node()
-        return node.pid, trials
+        return node.pid, trials[node]
 
     def stop(self) -> None:
         """`ray start --block` stops what it started on SIGTERM: the nodes, then the head."""
