@@ -132,7 +132,7 @@ class SoakCluster:
             groups = self.groups()
             running = {n: self.count(self.tree(n), trial_title) for n in self.nodes}
             placed = {n: (groups or {}).get(self.ports[n.pid], 0) for n in self.nodes}
-            if groups is not None and placed == running or time.time() > deadline:
+            if (groups is not None and placed == running) or time.time() > deadline:
                 return {n: max(placed[n], running[n]) for n in self.nodes}
             time.sleep(2)
 

@@ -106,6 +106,7 @@ def _read(fs: pafs.FileSystem, path: str, uri: str, what: str, required, optiona
     info = fs.get_file_info(path)
     if info.type == pafs.FileType.NotFound:
         raise UserError(f"{uri} has no {what}: point at a folder written by `distppo sweep`")
+
     def columns(names: list[str]) -> list[str]:
         absent = [c for c in required if c not in names]
         if absent:
